@@ -1,0 +1,26 @@
+# `make demo` and `make test` set up their own virtualenv on a fresh machine; nothing else is needed.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: venv demo test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[collect,test]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Capture a real 2-rank gloo DDP run, ingest it with the A100 NCCL trace in examples/, write reports.
+demo: $(STAMP)
+	WIRESPEED_HOME=demo/warehouse WIRESPEED_LANDING=demo/landing $(VENV)/bin/wirespeed demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) demo .pytest_cache
