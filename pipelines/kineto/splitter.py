@@ -1,0 +1,442 @@
+"""Cut a Kineto trace into small JSON-array files that DuckDB parses in parallel.
+
+A rank's trace is one JSON object whose `traceEvents` array holds nearly all of its bytes. DuckDB
+cannot read that object in bounded memory (it caps a JSON object at 4 GiB and needs several times
+the file size), but it parses a file that *is* an array of events quickly, streaming, and on every
+core when there are several such files. So this module streams the trace once, copies the events
+array into chunk files of about `chunk_bytes` each, cutting only between two events, and parses
+the small rest of the document (`distributedInfo`, `baseTimeNanoseconds`, ...) with orjson.
+
+Cuts are made at the byte sequence that separates two events in this file (Kineto writes
+`},\\n  {`; other writers `}, {` or `},{`). A raw newline can only be JSON whitespace, and a cut
+anywhere but between two top-level events leaves a chunk with unbalanced brackets or an open
+string, so a wrong cut never yields a wrong event: it yields a chunk that fails to parse, and the
+caller then falls back to `pipelines.kineto.exact`, which walks the document event by event.
+
+A truncated trace (the profiler killed while writing, a gzip stream cut short) keeps every
+complete event before the cut; the cut is reported as a `ParseIssue` with its byte offset.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import orjson
+from isal import isal_zlib
+
+from pipelines.issues import ParseIssue
+
+READ_BYTES = 8 << 20
+DEFAULT_CHUNK_BYTES = 32 << 20
+# The document before `traceEvents` and after its closing bracket is small (device properties,
+# process groups, log lines). Past this we stop looking.
+MAX_HEADER_BYTES = 64 << 20
+MAX_TAIL_BYTES = 64 << 20
+# No event is this large: without a cut in this many bytes the separator guess is wrong.
+MAX_CARRY_BYTES = 256 << 20
+
+_WS = b" \t\r\n"
+_EVENT_SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]')
+
+
+class NotATrace(ValueError):
+    """The file is not a Chrome/Kineto trace document."""
+
+
+class CannotCut(ValueError):
+    """The file may be a trace, but not one this module can cut; use the exact path."""
+
+
+@dataclass
+class SplitTrace:
+    """What one pass over a trace file produced."""
+
+    path: Path
+    meta: dict
+    chunk_paths: list[Path]
+    layout: str
+    input_bytes: int
+    truncated: bool = False
+    issues: list[ParseIssue] = field(default_factory=list)
+
+
+def open_trace(path: Path) -> BinaryIO:
+    """Open a trace, decompressing gzip (known by its magic bytes, not its name) with ISA-L."""
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    if magic == b"\x1f\x8b":
+        return GzipStream(open(path, "rb"))
+    return open(path, "rb")
+
+
+class GzipStream:
+    """Decompresses every gzip member of a file, handing out all it could before a cut or damage.
+
+    Python's gzip readers raise on a cut stream without returning what they decompressed of the
+    block being read; a profiler killed mid-write needs every byte that made it to disk. The
+    stream's end or damage is raised as EOFError or OSError on the read *after* the good data.
+    """
+
+    INPUT_BYTES = 1 << 20
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.member = isal_zlib.decompressobj(31)
+        self.member_started = False
+        self.members_done = 0
+        self.input = b""
+        self.problem: Exception | None = None
+
+    def read(self, size: int) -> bytes:
+        out: list[bytes] = []
+        got = 0
+        while got < size and self.problem is None:
+            data = self.member.unconsumed_tail or self.input or self.raw.read(self.INPUT_BYTES)
+            self.input = b""
+            if not data:
+                if self.member_started and not self.member.eof:
+                    self.problem = EOFError("the compressed stream ends before its end marker")
+                break
+            try:
+                piece = self.member.decompress(data, size - got)
+            except isal_zlib.error as damage:
+                what = "data after the compressed stream" if self.members_done else "the compressed data"
+                self.problem = OSError(f"{what} is damaged: {damage}")
+                break
+            self.member_started = True
+            out.append(piece)
+            got += len(piece)
+            if self.member.eof:
+                self.input = self.member.unused_data
+                self.member = isal_zlib.decompressobj(31)
+                self.member_started = False
+                self.members_done += 1
+        if not out and self.problem is not None:
+            problem, self.problem = self.problem, None
+            raise problem
+        return b"".join(out)
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __enter__(self) -> "GzipStream":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def split_trace(path: Path, out_dir: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> SplitTrace:
+    """Stream `path` once, writing its events into chunk files under `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    issues: list[ParseIssue] = []
+    writer = _ChunkWriter(out_dir, chunk_bytes)
+    with open_trace(path) as stream:
+        reader = _Reader(stream, str(path), issues)
+        try:
+            header, is_bare_array = _read_header(reader)
+            separator, carry, carry_offset = _copy_events(reader, writer)
+            tail, truncated = _finish(carry, carry_offset, is_bare_array, writer, issues, str(path))
+        finally:
+            writer.close()
+    meta = {} if is_bare_array else _parse_meta(header, tail, str(path), issues)
+    return SplitTrace(path, meta, writer.paths, _describe(separator), reader.consumed, truncated, issues)
+
+
+class _Reader:
+    """Block reader over the decompressed stream that counts bytes and survives a cut stream."""
+
+    def __init__(self, stream: BinaryIO, name: str, issues: list[ParseIssue]):
+        self.stream = stream
+        self.name = name
+        self.issues = issues
+        self.consumed = 0
+        self.pending = b""
+        self.ended = False
+
+    def read(self) -> bytes:
+        if self.pending:
+            block, self.pending = self.pending, b""
+            return block
+        if self.ended:
+            return b""
+        try:
+            block = self.stream.read(READ_BYTES)
+        except (EOFError, OSError) as cut:
+            # Treat a damaged or cut compressed stream like a file that ends here.
+            self.issues.append(
+                ParseIssue(self.name, None, self.consumed, "error", f"compressed stream ends early: {cut}")
+            )
+            block = b""
+        if not block:
+            self.ended = True
+        self.consumed += len(block)
+        return block
+
+    def push_back(self, data: bytes) -> None:
+        self.pending = data + self.pending
+
+
+def _read_header(reader: _Reader) -> tuple[bytes, bool]:
+    """Read up to the `[` that opens `traceEvents`; return the bytes before the key."""
+    buf = b""
+    while True:
+        block = reader.read()
+        if not block:
+            if not buf.strip(_WS):
+                raise NotATrace("the file is empty")
+            raise NotATrace("the file ends before any `traceEvents` array")
+        buf += block
+        start = len(buf) - len(buf.lstrip(_WS))
+        if start == len(buf):
+            continue
+        first = buf[start : start + 1]
+        if first == b"[":
+            reader.push_back(buf[start + 1 :])
+            return b"", True
+        if first != b"{":
+            raise NotATrace(f"it starts with {buf[start:start + 16]!r}, not a JSON object or array")
+        found = _find_trace_events_key(buf)
+        if found is not None:
+            key_start, array_start = found
+            reader.push_back(buf[array_start + 1 :])
+            return buf[:key_start], False
+        if len(buf) > MAX_HEADER_BYTES:
+            raise NotATrace(f"no `traceEvents` array in its first {MAX_HEADER_BYTES} bytes")
+
+
+def _find_trace_events_key(buf: bytes) -> tuple[int, int] | None:
+    """Find the top-level `"traceEvents": [`: (key offset, `[` offset), or None if not read yet."""
+    depth = 0
+    for token in _TOKEN.finditer(buf):
+        text = token.group()
+        if text in (b"{", b"["):
+            depth += 1
+        elif text in (b"}", b"]"):
+            depth -= 1
+        elif depth == 1 and text == b'"traceEvents"':
+            rest = buf[token.end() :].lstrip(_WS)
+            if not rest.startswith(b":"):
+                continue
+            value = rest[1:].lstrip(_WS)
+            if not value:
+                return None
+            if not value.startswith(b"["):
+                raise NotATrace("its `traceEvents` is not an array")
+            return token.start(), len(buf) - len(value)
+    return None
+
+
+def _copy_events(reader: _Reader, writer: "_ChunkWriter") -> tuple[bytes | None, bytes, int]:
+    """Copy whole events to the writer; return the separator, the unconsumed rest and its offset."""
+    separator: bytes | None = None
+    carry = reader.read()
+    carry_offset = reader.consumed - len(carry)
+    while True:
+        if separator is None:
+            separator = _guess_separator(carry)
+        if separator is not None:
+            cut = carry.rfind(separator)
+            if cut > 0:
+                writer.write_events(carry[: cut + 1], separator)
+                consumed = cut + len(separator) - 1
+                carry_offset += consumed
+                carry = carry[consumed:]
+        if len(carry) > MAX_CARRY_BYTES:
+            raise CannotCut(f"no boundary between events in {len(carry)} bytes from byte {carry_offset}")
+        block = reader.read()
+        if not block:
+            return separator, carry, carry_offset
+        carry += block
+
+
+def _guess_separator(events: bytes) -> bytes | None:
+    """The bytes between two events: the first `}`,`{` run whose cuts give events that parse.
+
+    A run inside a string (a kernel named `a},{b`) fails that test and the next one is tried.
+    """
+    for match in _EVENT_SEPARATOR.finditer(events, 0, min(len(events), 1 << 20)):
+        candidate = match.group()
+        parts = events.split(candidate, 3)
+        if len(parts) < 3:
+            return None  # too few events seen yet to tell
+        first = parts[0].lstrip(_WS) + b"}"
+        second = b"{" + parts[1] + b"}"
+        try:
+            if isinstance(orjson.loads(first), dict) and isinstance(orjson.loads(second), dict):
+                return candidate
+        except orjson.JSONDecodeError:
+            continue
+    return None
+
+
+def _describe(separator: bytes | None) -> str:
+    if separator is None:
+        return "one-event"
+    return "kineto" if b"\n" in separator else "one-line"
+
+
+class _ChunkWriter:
+    """Writes `[event,event,...]` files of about `chunk_bytes` each."""
+
+    def __init__(self, out_dir: Path, chunk_bytes: int):
+        self.out_dir = out_dir
+        self.chunk_bytes = chunk_bytes
+        self.paths: list[Path] = []
+        self.file: BinaryIO | None = None
+        self.size = 0
+
+    def write_events(self, events: bytes, separator: bytes | None = None) -> None:
+        """Append text that starts with an event's `{` and ends with a whole event's `}`.
+
+        Text longer than the current chunk's room is cut at `separator` into several chunks.
+        """
+        start = 0
+        while separator is not None and len(events) - start > self.chunk_bytes - self.size:
+            cut = events.find(separator, start + max(1, self.chunk_bytes - self.size))
+            if cut < 0:
+                break
+            self._append(memoryview(events)[start : cut + 1])
+            self._end_chunk()
+            start = cut + len(separator) - 1
+        self._append(memoryview(events)[start:])
+        if self.size >= self.chunk_bytes:
+            self._end_chunk()
+
+    def _append(self, events: memoryview) -> None:
+        if self.file is None:
+            path = self.out_dir / f"chunk-{len(self.paths):05d}.json"
+            self.paths.append(path)
+            self.file = open(path, "wb")
+            self.file.write(b"[")
+        else:
+            self.file.write(b",")
+        self.file.write(events)
+        self.size += len(events)
+
+    def _end_chunk(self) -> None:
+        if self.file is None:
+            return
+        self.file.write(b"]")
+        self.file.close()
+        self.file = None
+        self.size = 0
+
+    def close(self) -> None:
+        self._end_chunk()
+
+
+def _finish(
+    carry: bytes, offset: int, is_bare_array: bool, writer: _ChunkWriter, issues: list[ParseIssue], name: str
+) -> tuple[bytes, bool]:
+    """Write the last events; return the document's tail after the array and whether it was cut."""
+    end = _find_array_end(carry, is_bare_array)
+    if end is not None:
+        events = carry[:end].rstrip(_WS)
+        if events:
+            writer.write_events(events)
+        return carry[end + 1 :], False
+    kept, cut_at = _whole_events(carry)
+    for event_text in kept:
+        writer.write_events(event_text)
+    issues.append(
+        ParseIssue(
+            name,
+            None,
+            offset + cut_at,
+            "error",
+            f"the trace is cut off: {len(carry) - cut_at} bytes after its last complete event were skipped",
+        )
+    )
+    return b"", True
+
+
+def _last_non_space(data: bytes, end: int) -> int:
+    """Index of the last byte before `end` that is not JSON whitespace, or -1."""
+    index = end - 1
+    while index >= 0 and data[index] in _WS:
+        index -= 1
+    return index
+
+
+def _find_array_end(carry: bytes, is_bare_array: bool) -> int | None:
+    """Offset of the `]` closing `traceEvents` among the file's last bytes, or None if it is cut."""
+    position = len(carry)
+    while True:
+        position = carry.rfind(b"]", 0, position)
+        if position < 0 or len(carry) - position > MAX_TAIL_BYTES:
+            return None
+        before = _last_non_space(carry, position)
+        if before >= 0 and carry[before] != ord("}"):
+            continue
+        after = carry[position + 1 :].strip(_WS)
+        if is_bare_array:
+            if not after:
+                return position
+            continue
+        if after == b"}":
+            return position
+        if after.startswith(b","):
+            try:
+                orjson.loads(b"{" + after[1:])
+            except orjson.JSONDecodeError:
+                continue
+            return position
+
+
+def _whole_events(carry: bytes) -> tuple[list[bytes], int]:
+    """Split the last bytes of a cut file into its whole events and the offset of the cut."""
+    kept: list[bytes] = []
+    position = 0
+    while True:
+        start = position
+        while start < len(carry) and carry[start] in b" \t\r\n,":
+            start += 1
+        end = _object_end(carry, start)
+        if end is None:
+            return kept, start
+        kept.append(carry[start:end])
+        position = end
+
+
+def _object_end(data: bytes, start: int) -> int | None:
+    """End offset of the JSON object that starts at `start`, or None if it does not complete."""
+    if data[start : start + 1] != b"{":
+        return None
+    depth = 0
+    for token in _TOKEN.finditer(data, start):
+        text = token.group()
+        if text in (b"{", b"["):
+            depth += 1
+        elif text in (b"}", b"]"):
+            depth -= 1
+            if depth == 0:
+                try:
+                    orjson.loads(data[start : token.end()])
+                except orjson.JSONDecodeError:
+                    return None
+                return token.end()
+    return None
+
+
+def _parse_meta(header: bytes, tail: bytes, name: str, issues: list[ParseIssue]) -> dict:
+    """Parse everything but the events: the header before the array and the tail after it."""
+    rest = tail.strip(_WS)
+    if rest.startswith(b","):
+        rest = rest[1:].lstrip(_WS)
+    closing = b"," + rest if rest and rest != b"}" else b"}"
+    for document in (header + b'"traceEvents": []' + closing, header + b'"traceEvents": []}'):
+        try:
+            meta = orjson.loads(document)
+            break
+        except orjson.JSONDecodeError as bad:
+            problem = bad
+    else:
+        issues.append(ParseIssue(name, None, None, "warning", f"the trace's metadata does not parse: {problem}"))
+        return {}
+    meta.pop("traceEvents", None)
+    return meta

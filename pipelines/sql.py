@@ -1,0 +1,149 @@
+"""Load the `.sql` files under `sql/` and run them against DuckDB.
+
+Each table has one file, `sql/<table>.sql`: a header comment that says what the table means, its
+grain and its typed columns, then one query. The header is the table's contract: the runner wraps
+the query so its result has exactly those columns, in that order, cast to those types, and
+docs/schema.md is generated from the same headers. Queries take their parameters from DuckDB
+session variables (`getvariable('run_id')`), set here through prepared statements, so no value
+from a user is ever spliced into SQL text.
+
+Header format:
+
+    -- <table>: <one-line summary>
+    --
+    -- <paragraphs of explanation>
+    --
+    -- Grain: one row per ...
+    --
+    -- Columns:
+    --   <name> <TYPE>  <what it holds, with units>
+    --       <continuation of the description>
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+
+_COLUMN = re.compile(r"^--   ([a-z_][a-z0-9_]*) (\S.*?)\s{2,}(\S.*)$")
+_CONTINUATION = re.compile(r"^--\s{5,}(\S.*)$")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    doc: str
+
+
+@dataclass(frozen=True)
+class TableSql:
+    name: str
+    summary: str
+    explanation: str
+    grain: str
+    columns: tuple[Column, ...]
+    query: str
+
+    def select(self) -> str:
+        """The query wrapped to return exactly the documented columns and types."""
+        casts = ",\n  ".join(f'CAST("{c.name}" AS {c.type}) AS "{c.name}"' for c in self.columns)
+        return f"SELECT\n  {casts}\nFROM (\n{self.query}\n) AS _result"
+
+    def empty(self) -> str:
+        """A query returning no rows with the table's columns, for schema-only files."""
+        casts = ", ".join(f'CAST(NULL AS {c.type}) AS "{c.name}"' for c in self.columns)
+        return f"SELECT {casts} LIMIT 0"
+
+
+@cache
+def table(name: str) -> TableSql:
+    """Parse `sql/<name>.sql`."""
+    path = SQL_DIR / f"{name}.sql"
+    return parse(name, path.read_text())
+
+
+def parse(name: str, text: str) -> TableSql:
+    lines = text.splitlines()
+    header: list[str] = []
+    body_start = 0
+    for index, line in enumerate(lines):
+        if not line.startswith("--"):
+            body_start = index
+            break
+        header.append(line)
+    first = header[0] if header else ""
+    if not first.startswith(f"-- {name}: "):
+        raise ValueError(f"sql/{name}.sql must start with '-- {name}: <summary>'")
+    summary = first[len(f"-- {name}: ") :].strip()
+    explanation: list[str] = []
+    grain = ""
+    columns: list[Column] = []
+    in_columns = False
+    for line in header[1:]:
+        if in_columns:
+            match = _COLUMN.match(line)
+            if match:
+                columns.append(Column(*match.groups()))
+                continue
+            more = _CONTINUATION.match(line)
+            if more and columns:
+                last = columns[-1]
+                columns[-1] = Column(last.name, last.type, f"{last.doc} {more.group(1)}")
+                continue
+            if line.strip("- "):
+                raise ValueError(f"sql/{name}.sql: cannot read column line {line!r}")
+            continue
+        content = line[2:].strip()
+        if content.startswith("Grain:"):
+            grain = content[len("Grain:") :].strip()
+        elif content == "Columns:":
+            in_columns = True
+        else:
+            explanation.append(content)
+    if not grain or not columns:
+        raise ValueError(f"sql/{name}.sql needs a 'Grain:' line and a 'Columns:' block")
+    query = "\n".join(lines[body_start:]).strip().rstrip(";")
+    return TableSql(name, summary, _paragraphs(explanation), grain, tuple(columns), query)
+
+
+def _paragraphs(lines: list[str]) -> str:
+    text = "\n".join(lines).strip()
+    return re.sub(r"(?<!\n)\n(?!\n)", " ", text)
+
+
+def set_variables(con: duckdb.DuckDBPyConnection, **values: Any) -> None:
+    """Set DuckDB session variables from Python values, as prepared parameters."""
+    for name, value in values.items():
+        if not name.isidentifier():
+            raise ValueError(f"bad variable name {name!r}")
+        con.execute(f"SET VARIABLE {name} = ?", [value]).fetchall()
+
+
+def run_macros(con: duckdb.DuckDBPyConnection) -> None:
+    """Define the shared macros (interval arithmetic and friends) on this connection."""
+    con.execute((SQL_DIR / "macros.sql").read_text()).fetchall()
+
+
+def materialize(con: duckdb.DuckDBPyConnection, name: str) -> int:
+    """Build table `name` in this connection from its file; return its row count."""
+    con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS {table(name).select()}').fetchall()
+    return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
+
+
+def write_parquet(con: duckdb.DuckDBPyConnection, source: str, path: Path) -> None:
+    """Write a table (or a parenthesised query) of this connection to a Parquet file."""
+    con.execute(f"COPY {source} TO $path (FORMAT parquet, COMPRESSION zstd)", {"path": str(path)}).fetchall()
+
+
+@cache
+def report_query(name: str) -> str:
+    """The text of `sql/report/<name>.sql`: a query that shapes published tables for a chart."""
+    return (SQL_DIR / "report" / f"{name}.sql").read_text()
