@@ -1,0 +1,69 @@
+"""The analysis stage of a run: its parse tables in, its analysis tables out.
+
+Everything here is SQL from `sql/`, run in a private in-memory DuckDB session over the Parquet
+files of one staging version. Re-running it never re-reads a raw trace.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from pipelines import sql
+from pipelines.kineto.normalize import MAX_PLAUSIBLE_DUR_NS
+from pipelines.settings import Settings
+from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
+
+# Build order: each file may read the tables before it. Names starting with `_` are
+# intermediate and not published.
+# Where DuckDB spills joins and sorts that outgrow memory.
+SPILL_DIR = str(Path(tempfile.gettempdir()) / "wirespeed-duckdb-spill")
+
+BUILD_ORDER = ("_activity", "steps", "_segments", "collectives", "step_timeline", "step_breakdown", "rank_breakdown")
+
+
+@dataclass
+class AnalysisSummary:
+    run_id: str
+    rows: dict[str, int]
+    seconds: float
+
+
+def open_version(
+    version: Path, settings: Settings, run_id: str, tables: tuple[str, ...] = PARSE_TABLES
+) -> duckdb.DuckDBPyConnection:
+    """A session with a view per table in `tables`, reading one version of one run."""
+    config = {"threads": settings.threads, "preserve_insertion_order": False, "temp_directory": SPILL_DIR}
+    con = duckdb.connect(config=config)
+    sql.set_variables(
+        con,
+        run_id=run_id,
+        version_dir=str(version),
+        comm_pattern=settings.comm_regex(),
+        max_dur_ns=MAX_PLAUSIBLE_DUR_NS,
+    )
+    for name in tables:
+        con.execute(
+            f'CREATE OR REPLACE VIEW "{name}" AS SELECT * FROM read_parquet('
+            f"getvariable('version_dir') || '/{name}/*.parquet', union_by_name = true)"
+        ).fetchall()
+    sql.run_macros(con)
+    return con
+
+
+def analyze_run(run_id: str, version: Path, warehouse: Warehouse, settings: Settings) -> AnalysisSummary:
+    """Build every analysis table of the run from its parse tables, into `version`."""
+    started = time.perf_counter()
+    con = open_version(version, settings, run_id)
+    try:
+        rows = {name: sql.materialize(con, name) for name in BUILD_ORDER}
+        for name in ANALYSIS_TABLES:
+            sql.write_parquet(con, f'"{name}"', warehouse.table_dir(version, name) / "part-0.parquet")
+    finally:
+        con.close()
+    published = {name: rows[name] for name in ANALYSIS_TABLES}
+    return AnalysisSummary(run_id, published, time.perf_counter() - started)

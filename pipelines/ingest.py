@@ -1,0 +1,274 @@
+"""The parse stage of a run: raw inputs in, the run's parse tables out (into a staging version).
+
+Per trace file: read it (fast cut or exact decode), normalise its events into a Parquet part of
+`trace_events`, then record what was learnt about it in `ranks`. A file that cannot be read at all
+becomes a row of `parse_issues` and the run goes on without it. The tables of the run as a whole
+(`runs`, `process_groups`, `parse_issues`) are written last.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+import pyarrow as pa
+
+from pipelines import sql
+from pipelines.issues import ParseIssue
+from pipelines.kineto import normalize
+from pipelines.kineto.splitter import CannotCut, NotATrace
+from pipelines.settings import Settings
+from pipelines.sources import RunSource
+from pipelines.warehouse import Warehouse
+
+Progress = Callable[[int], None]
+
+
+@dataclass
+class ParsedFile:
+    row: dict
+    part: Path
+
+
+@dataclass
+class ParseSummary:
+    run_id: str
+    files: int
+    ranks: int
+    events: int
+    issues: list[ParseIssue]
+    seconds: float
+
+
+def parse_run(
+    source: RunSource,
+    version: Path,
+    warehouse: Warehouse,
+    settings: Settings,
+    progress: Progress | None = None,
+) -> ParseSummary:
+    """Write `runs`, `ranks`, `process_groups`, `trace_events` and `parse_issues` for one run."""
+    started = time.perf_counter()
+    issues = list(source.issues)
+    con = duckdb.connect(config={"threads": settings.threads, "preserve_insertion_order": False})
+    try:
+        events_dir = warehouse.table_dir(version, "trace_events")
+        work_root = version / "_work"
+        parsed: list[ParsedFile] = []
+        metas: dict[int, dict] = {}
+        for index, path in enumerate(source.trace_files):
+            result = _parse_file(con, source, path, index, events_dir, work_root / str(index), issues)
+            if result is not None:
+                parsed.append(result[0])
+                metas[index] = result[1]
+            if progress:
+                progress(path.stat().st_size)
+        normalize.cleanup(work_root)
+        kept = _drop_duplicate_ranks(parsed, issues)
+        rank_rows = [p.row for p in kept]
+        _write_rows(con, "ranks", rank_rows, warehouse.table_dir(version, "ranks"))
+        group_rows = _process_group_rows(source.run_id, kept, metas)
+        _write_rows(con, "process_groups", group_rows, warehouse.table_dir(version, "process_groups"))
+        run_row = _run_row(source, rank_rows, metas, issues)
+        _write_rows(con, "runs", [run_row], warehouse.table_dir(version, "runs"))
+        issue_rows = [{"run_id": source.run_id, **issue.__dict__} for issue in issues]
+        _write_rows(con, "parse_issues", issue_rows, warehouse.table_dir(version, "parse_issues"))
+        events = sum(r["events"] for r in rank_rows)
+    finally:
+        con.close()
+    ranks = len({r["rank"] for r in rank_rows})
+    return ParseSummary(source.run_id, len(rank_rows), ranks, events, issues, time.perf_counter() - started)
+
+
+def _parse_file(
+    con: duckdb.DuckDBPyConnection,
+    source: RunSource,
+    path: Path,
+    index: int,
+    events_dir: Path,
+    work: Path,
+    issues: list[ParseIssue],
+) -> tuple[ParsedFile, dict] | None:
+    try:
+        trace = normalize.read_trace(path, work)
+        rank, rank_source = normalize.rank_from_trace(trace.meta, path)
+        if rank is None:
+            rank, rank_source = index, "file order"
+            if len(source.trace_files) > 1:
+                issues.append(
+                    ParseIssue(str(path), None, None, "warning", f"no rank in the trace or its name; rank {rank} taken from file order")
+                )
+        part = events_dir / f"part-{index:05d}.parquet"
+        trace = normalize.write_events(con, trace, work, part, source.run_id, rank, index)
+        stats = normalize.event_stats(con, part)
+    except (NotATrace, CannotCut) as bad:
+        issues.append(ParseIssue(str(path), None, None, "error", f"not ingested: {bad}"))
+        return None
+    except (OSError, duckdb.Error) as bad:
+        issues.append(ParseIssue(str(path), None, None, "error", f"not ingested: {type(bad).__name__}: {bad}"))
+        return None
+    finally:
+        normalize.cleanup(work)
+    base_ns, regime = normalize.time_base(trace.meta)
+    issues.extend(trace.issues)
+    issues.extend(normalize.quality_issues(trace, stats, base_ns))
+    info = trace.meta.get("distributedInfo") if isinstance(trace.meta.get("distributedInfo"), dict) else {}
+    devices = trace.meta.get("deviceProperties") or []
+    row = {
+        "run_id": source.run_id,
+        "rank": rank,
+        "file_index": index,
+        "trace_file": str(path),
+        "rank_source": rank_source,
+        "host": _host_of(trace.meta, source.manifest, rank),
+        "world_size": info.get("world_size"),
+        "backend": info.get("backend"),
+        "device_name": devices[0].get("name") if devices and isinstance(devices[0], dict) else None,
+        "nccl_version": info.get("nccl_version"),
+        "time_regime": regime,
+        "base_ns": base_ns,
+        "parser": trace.parser,
+        "layout": trace.layout,
+        "input_bytes": trace.input_bytes,
+        "events": stats.events,
+        "device_events": stats.device_events,
+        "first_ns": stats.first_ns,
+        "last_ns": stats.last_ns,
+        "truncated": trace.truncated,
+        "parse_seconds": trace.seconds,
+    }
+    return ParsedFile(row, part), trace.meta
+
+
+def _host_of(meta: dict, manifest: dict, rank: int) -> str | None:
+    for entry in manifest.get("ranks", []) or []:
+        if isinstance(entry, dict) and entry.get("rank") == rank and entry.get("host"):
+            return str(entry["host"])
+    host = meta.get("host_name") or meta.get("hostname")
+    return str(host) if host else None
+
+
+def _drop_duplicate_ranks(parsed: list[ParsedFile], issues: list[ParseIssue]) -> list[ParsedFile]:
+    """Keep one file per rank and time range: a second file covering the same time is a copy.
+
+    Files of one rank that cover different times (a profiler run over several cycles) are kept.
+    """
+    kept: list[ParsedFile] = []
+    for candidate in parsed:
+        row = candidate.row
+        clash = next(
+            (
+                k for k in kept
+                if k.row["rank"] == row["rank"] and _overlaps(k.row, row)
+            ),
+            None,
+        )
+        if clash is None:
+            kept.append(candidate)
+            continue
+        candidate.part.unlink(missing_ok=True)
+        issues.append(
+            ParseIssue(
+                row["trace_file"], None, None, "error",
+                f"rank {row['rank']} is already covered over the same time by {clash.row['trace_file']}; this file was skipped",
+            )
+        )
+    return kept
+
+
+def _overlaps(a: dict, b: dict) -> bool:
+    if None in (a["first_ns"], a["last_ns"], b["first_ns"], b["last_ns"]):
+        return True
+    return a["first_ns"] < b["last_ns"] and b["first_ns"] < a["last_ns"]
+
+
+def _process_group_rows(run_id: str, kept: list[ParsedFile], metas: dict[int, dict]) -> list[dict]:
+    rows = []
+    for parsed in kept:
+        info = metas[parsed.row["file_index"]].get("distributedInfo")
+        groups = info.get("pg_config") if isinstance(info, dict) else None
+        if not isinstance(groups, list):
+            continue
+        for group in groups:
+            if not isinstance(group, dict):
+                continue
+            members = group.get("ranks")
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "rank": parsed.row["rank"],
+                    "pg_name": _text(group.get("pg_name")),
+                    "pg_desc": _text(group.get("pg_desc")),
+                    "backend": _text(group.get("backend_config")),
+                    "pg_size": group.get("pg_size") if isinstance(group.get("pg_size"), int) else None,
+                    "pg_ranks": members if isinstance(members, str) else json.dumps(members),
+                }
+            )
+    return rows
+
+
+def _run_row(source: RunSource, rank_rows: list[dict], metas: dict[int, dict], issues: list[ParseIssue]) -> dict:
+    manifest = source.manifest
+    ranks_found = len({r["rank"] for r in rank_rows})
+    trace_world = max((r["world_size"] for r in rank_rows if isinstance(r["world_size"], int)), default=None)
+    if isinstance(manifest.get("world_size"), int):
+        world_size, world_source = manifest["world_size"], "manifest"
+        if trace_world is not None and trace_world != world_size:
+            issues.append(
+                ParseIssue(
+                    str(source.path / "manifest.json"), None, None, "warning",
+                    f"the manifest says world size {world_size} but the traces say {trace_world}",
+                )
+            )
+    elif trace_world is not None:
+        world_size, world_source = trace_world, "trace"
+    else:
+        world_size, world_source = ranks_found, "ranks found"
+    hosts = {r["host"] for r in rank_rows if r["host"]}
+    tags = manifest.get("tags") if isinstance(manifest.get("tags"), dict) else {}
+    backends = [r["backend"] for r in rank_rows if r["backend"]]
+    nccl = [r["nccl_version"] for r in rank_rows if r["nccl_version"]]
+    devices = [r["device_name"] for r in rank_rows if r["device_name"]]
+    return {
+        "run_id": source.run_id,
+        "source_kind": source.kind,
+        "source_path": str(source.path.absolute()),
+        "job": _text(tags.get("job")) or _text(manifest.get("job")),
+        "tags": json.dumps(tags),
+        "world_size": world_size,
+        "world_size_source": world_source,
+        "ranks_found": ranks_found,
+        "backend": _text(manifest.get("backend")) or (backends[0] if backends else None),
+        "hosts": len(hosts) or None,
+        "link_gbps": manifest.get("link_gbps") if isinstance(manifest.get("link_gbps"), (int, float)) else None,
+        "link_source": _text(manifest.get("link_source")),
+        "device_model": _text(manifest.get("device_model")) or (devices[0] if devices else None),
+        "torch_version": _text(manifest.get("torch_version")),
+        "nccl_version": _text(manifest.get("nccl_version")) or (nccl[0] if nccl else None),
+        "cuda_version": _text(manifest.get("cuda_version")),
+        "started_ns": manifest.get("started_ns") if isinstance(manifest.get("started_ns"), int) else None,
+        "ended_ns": manifest.get("ended_ns") if isinstance(manifest.get("ended_ns"), int) else None,
+        "exit_code": manifest.get("exit_code") if isinstance(manifest.get("exit_code"), int) else None,
+        "trace_files": len(rank_rows),
+        "parse_errors": sum(1 for i in issues if i.severity == "error"),
+        "ingested_at_ns": time.time_ns(),
+    }
+
+
+def _text(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def _write_rows(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict], folder: Path) -> None:
+    """Write Python rows as table `name`, typed and ordered by its SQL file's header."""
+    table = sql.table(name)
+    data = pa.table({c.name: [row.get(c.name) for row in rows] for c in table.columns})
+    con.register(f"_{name}_input", data)
+    try:
+        sql.write_parquet(con, f"({table.select()})", folder / "part-0.parquet")
+    finally:
+        con.unregister(f"_{name}_input")

@@ -1,0 +1,67 @@
+"""Settings that change what the analysis finds, kept with the warehouse they shaped.
+
+A warehouse may hold a `wirespeed.toml`:
+
+    [communication]
+    # Regular expressions (Python/RE2 syntax, matched anywhere in the name) for kernels or CPU
+    # events that are communication but carry no collective metadata: custom all-reduce
+    # kernels, DeepEP dispatch/combine, NVSHMEM, ...
+    patterns = ["^my_allreduce_kernel", "dispatch_kernel"]
+
+The patterns add to the built-in ones; they never replace them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIG_FILE = "wirespeed.toml"
+
+# Communication by name, for events without collective metadata. Kernels: NCCL's two generations
+# (`ncclKernel_*`, `ncclDevKernel_*`), RCCL (`rcclGenericKernel`, or NCCL names), vLLM's custom
+# all-reduce (as TraceLens also counts it). CPU side: gloo's work annotations, c10d's collective
+# operators, `nccl:*` annotations and `record_param_comms`.
+BUILTIN_COMM_PATTERNS: tuple[str, ...] = (
+    r"^nccl",
+    r"^rccl",
+    r"ncclDevKernel",
+    r"ncclKernel",
+    r"cross_device_reduce",
+    r"^gloo:",
+    r"^c10d::",
+    r"^record_param_comms$",
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    comm_patterns: tuple[str, ...] = BUILTIN_COMM_PATTERNS
+    threads: int = max(1, os.cpu_count() or 1)
+
+    def comm_regex(self) -> str:
+        """All communication patterns as one regular expression, each kept apart in its group."""
+        return "|".join(f"(?:{p})" for p in self.comm_patterns)
+
+
+def load(warehouse_root: Path) -> Settings:
+    """The settings of a warehouse: built-ins plus its `wirespeed.toml`, if any."""
+    path = Path(warehouse_root) / CONFIG_FILE
+    if not path.exists():
+        return Settings()
+    try:
+        config = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as bad:
+        raise ValueError(f"{path}: {bad}") from bad
+    extra = config.get("communication", {}).get("patterns", [])
+    if not isinstance(extra, list) or not all(isinstance(p, str) for p in extra):
+        raise ValueError(f"{path}: [communication] patterns must be a list of strings")
+    for pattern in extra:
+        try:
+            re.compile(pattern)
+        except re.error as bad:
+            raise ValueError(f"{path}: pattern {pattern!r} is not a regular expression: {bad}") from bad
+    return Settings(comm_patterns=BUILTIN_COMM_PATTERNS + tuple(extra))

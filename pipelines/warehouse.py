@@ -1,0 +1,274 @@
+"""The warehouse on disk: Parquet files per run and table, published atomically, read by DuckDB.
+
+Layout under the warehouse root:
+
+    versions/<run>/<version>/<table>/*.parquet   every table of one ingest of one run
+    runs/<run> -> ../versions/<run>/<version>     the published version (a symlink)
+    runs/_schema/<table>/empty.parquet           zero rows, so every view has a schema
+    rollups/<table>/*.parquet                    tables over all runs (replaced whole)
+    reports/<run>.html                           the run's report
+    sources/<run>.json                           where the run's raw inputs are
+    catalog.duckdb                               views over runs/*/<table>/*.parquet
+
+Why this shape: DuckDB's file lock admits one writing process or many readers, never both, so a
+warehouse kept in one DuckDB file would make an analyst's open session block scheduled ingestion.
+Here ingestion never opens a DuckDB file for writing: it writes Parquet into a fresh version
+directory and publishes it by replacing one symlink, which is atomic. Queries see the old version
+of a run or the new one, never a mix, and never a half-written run. The catalog holds only views,
+whose globs resolve at query time, so it is written once and never locked by ingestion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import quote, unquote
+
+import duckdb
+
+from pipelines import sql
+
+# Tables written by parsing a run's raw inputs, and tables derived from them by SQL.
+PARSE_TABLES = ("runs", "ranks", "process_groups", "trace_events", "parse_issues")
+ANALYSIS_TABLES = ("steps", "collectives", "step_timeline", "step_breakdown", "rank_breakdown")
+TABLES = PARSE_TABLES + ANALYSIS_TABLES
+# Tables over all runs, rebuilt whole by scheduled roll-ups.
+ROLLUP_TABLES = ("run_summary",)
+
+SCHEMA_DIR = "_schema"
+# Old versions stay readable this long after being replaced, for queries that already listed them.
+GRACE_SECONDS = 600
+# An unpublished version untouched this long belongs to an ingest that died.
+ABANDONED_SECONDS = 24 * 3600
+
+
+def check_run_id(run_id: str) -> str | None:
+    """Why `run_id` cannot name a run, or None when it can."""
+    if not run_id or not run_id.strip():
+        return "it is empty"
+    if any(ord(c) < 32 or ord(c) == 127 for c in run_id):
+        return "it contains control characters"
+    if "..." in run_id:
+        return "it contains '...', which Dagster partition keys cannot hold"
+    if len(quote(run_id, safe="").encode()) > 200:
+        return f"it is too long ({len(run_id)} characters)"
+    return None
+
+
+def run_dir_name(run_id: str) -> str:
+    """A directory name for a run id that can hold any text: quotes, spaces, '../', unicode."""
+    problem = check_run_id(run_id)
+    if problem:
+        raise ValueError(f"run id {run_id!r} cannot be used: {problem}")
+    name = quote(run_id, safe="")
+    name = name.replace(".", "%2E") if name.strip(".") == "" else name
+    if name[0] in "._":
+        name = f"%{ord(name[0]):02X}{name[1:]}"
+    return name
+
+
+def run_id_from_dir(name: str) -> str:
+    return unquote(name)
+
+
+class Warehouse:
+    def __init__(self, root: Path | str):
+        self.root = Path(root).absolute()
+        self.runs_dir = self.root / "runs"
+        self.versions_dir = self.root / "versions"
+        self.reports_dir = self.root / "reports"
+        self.sources_dir = self.root / "sources"
+        self.rollups_dir = self.root / "rollups"
+        self.catalog_path = self.root / "catalog.duckdb"
+
+    # --- set-up -----------------------------------------------------------------------------
+
+    def ensure(self) -> None:
+        """Create the layout, the schema-only files and the catalog if they are missing or old."""
+        for folder in (self.runs_dir, self.versions_dir, self.reports_dir, self.sources_dir, self.rollups_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        with self._lock("setup"):
+            self._write_schema_files()
+            self._write_catalog()
+
+    def _write_schema_files(self) -> None:
+        con = duckdb.connect()
+        try:
+            targets = [(name, self.runs_dir / SCHEMA_DIR / name / "empty.parquet") for name in TABLES]
+            targets += [(name, self.rollups_dir / name / "empty.parquet") for name in ROLLUP_TABLES]
+            for name, target in targets:
+                stamp = target.with_suffix(".sql")
+                wanted = sql.table(name).empty()
+                if target.exists() and stamp.exists() and stamp.read_text() == wanted:
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                temporary = target.with_name(f".tmp-{uuid.uuid4().hex}.parquet.tmp")
+                sql.write_parquet(con, f"({wanted})", temporary)
+                os.replace(temporary, target)
+                stamp.write_text(wanted)
+        finally:
+            con.close()
+
+    def view_sql(self, root_expr: str = "getvariable('wirespeed_root')") -> str:
+        """CREATE VIEW statements for every table: `runs/*/<table>/*.parquet`, `rollups/<table>/*.parquet`.
+
+        `root_expr` is the SQL expression for the warehouse root: a session variable in the
+        sessions this module opens, a literal only in the persistent catalog (a stored view
+        cannot refer to a parameter).
+        """
+        globs = [(name, f"/runs/*/{name}/*.parquet") for name in TABLES]
+        globs += [(name, f"/rollups/{name}/*.parquet") for name in ROLLUP_TABLES]
+        return "\n".join(
+            f'CREATE OR REPLACE VIEW "{name}" AS SELECT * FROM read_parquet('
+            f"{root_expr} || '{glob}', union_by_name = true, hive_partitioning = false);"
+            for name, glob in globs
+        )
+
+    def _write_catalog(self) -> None:
+        """Build catalog.duckdb beside the old one and swap it in; readers keep their old file."""
+        root = str(self.root)
+        if "'" in root:
+            raise ValueError(f"the warehouse path cannot contain a single quote: {root}")
+        wanted = self.view_sql(f"'{root}'")
+        stamp = self.root / "catalog.sql"
+        if self.catalog_path.exists() and stamp.exists() and stamp.read_text() == wanted:
+            return
+        temporary = self.root / f".catalog-{uuid.uuid4().hex}.duckdb.tmp"
+        con = duckdb.connect(str(temporary), config={"storage_compatibility_version": "v1.5.0"})
+        try:
+            con.execute(wanted).fetchall()
+        finally:
+            con.close()
+        os.replace(temporary, self.catalog_path)
+        stamp.write_text(wanted)
+
+    def connect(self, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB session with a view per table; it takes no lock on anything."""
+        config = {"threads": threads} if threads else {}
+        con = duckdb.connect(config=config)
+        sql.set_variables(con, wirespeed_root=str(self.root))
+        con.execute(self.view_sql()).fetchall()
+        return con
+
+    # --- runs and versions ------------------------------------------------------------------
+
+    def published(self, run_id: str) -> Path | None:
+        link = self.runs_dir / run_dir_name(run_id)
+        return link.resolve() if link.exists() else None
+
+    def run_ids(self) -> list[str]:
+        return sorted(
+            run_id_from_dir(p.name) for p in self.runs_dir.iterdir() if p.name != SCHEMA_DIR and p.is_symlink()
+        )
+
+    def staging(self, run_id: str, key: str) -> Path:
+        """The version directory an ingest identified by `key` (e.g. a Dagster run id) writes into."""
+        return self.versions_dir / run_dir_name(run_id) / f"v-{_safe_key(key)}"
+
+    def start_version(self, run_id: str, key: str, carry_tables: tuple[str, ...]) -> Path:
+        """Create (once per key) a staging version holding links to `carry_tables` of the published one."""
+        target = self.staging(run_id, key)
+        if target.exists():
+            return target
+        building = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
+        building.mkdir(parents=True)
+        current = self.published(run_id)
+        for name in carry_tables:
+            source = current / name if current else None
+            if source is None or not source.is_dir():
+                continue
+            (building / name).mkdir()
+            for part in source.iterdir():
+                _link_or_copy(part, building / name / part.name)
+        try:
+            building.rename(target)
+        except OSError:
+            shutil.rmtree(building, ignore_errors=True)  # another step of the same ingest won
+        return target
+
+    def table_dir(self, version: Path, name: str) -> Path:
+        """Empty the table's folder in a staging version and return it, ready for new parts."""
+        folder = version / name
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        return folder
+
+    def publish(self, run_id: str, version: Path) -> None:
+        """Make `version` the run's published version in one atomic rename."""
+        (version / "_PUBLISHED").touch()
+        link = self.runs_dir / run_dir_name(run_id)
+        temporary = self.runs_dir / f".link-{uuid.uuid4().hex}"
+        os.symlink(os.path.relpath(version, self.runs_dir), temporary)
+        with self._lock(f"publish-{run_dir_name(run_id)}"):
+            os.replace(temporary, link)
+        self._collect_garbage(run_id)
+
+    def _collect_garbage(self, run_id: str) -> None:
+        """Delete replaced versions after a grace period, and versions of ingests that died."""
+        current = self.published(run_id)
+        now = time.time()
+        for version in (self.versions_dir / run_dir_name(run_id)).iterdir():
+            if current is not None and version.resolve() == current:
+                continue
+            age = now - version.stat().st_mtime
+            replaced = (version / "_PUBLISHED").exists()
+            if (replaced and age > GRACE_SECONDS) or age > ABANDONED_SECONDS:
+                shutil.rmtree(version, ignore_errors=True)
+
+    def replace_rollup(self, name: str, con: duckdb.DuckDBPyConnection) -> int:
+        """Rebuild roll-up table `name` from this session's views and swap its file in atomically."""
+        rows = sql.materialize(con, name)
+        target = self.rollups_dir / name / "part-0.parquet"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        sql.write_parquet(con, f'"{name}"', temporary)
+        os.replace(temporary, target)
+        return rows
+
+    # --- sources and reports ----------------------------------------------------------------
+
+    def register_source(self, run_id: str, path: Path) -> None:
+        """Remember where a run's raw inputs are, for ingests that only know its id."""
+        target = self.sources_dir / f"{run_dir_name(run_id)}.json"
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
+        temporary.write_text(json.dumps({"run_id": run_id, "path": str(Path(path).absolute())}))
+        os.replace(temporary, target)
+
+    def source_of(self, run_id: str) -> Path | None:
+        target = self.sources_dir / f"{run_dir_name(run_id)}.json"
+        if not target.exists():
+            return None
+        return Path(json.loads(target.read_text())["path"])
+
+    def report_path(self, run_id: str) -> Path:
+        return self.reports_dir / f"{run_dir_name(run_id)}.html"
+
+    @contextlib.contextmanager
+    def _lock(self, name: str) -> Iterator[None]:
+        lock_dir = self.root / ".locks"
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        with open(lock_dir / name, "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _safe_key(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in key)[:80]
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

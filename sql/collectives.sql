@@ -1,0 +1,153 @@
+-- collectives: every collective instance each rank took part in, with its size and timing.
+--
+-- On the device timeline an instance is a communication kernel (NCCL, RCCL or a user pattern).
+-- Its metadata comes, in order of preference, from the kernel's own args (PyTorch 2.4+ copies
+-- them there), from the `record_param_comms` CPU op with the same `external_id` (older traces),
+-- and last from the kernel's name (`ncclKernel_AllReduce_...` says the op, not the size). On the
+-- CPU timeline an instance is a `gloo:*` annotation on gloo's worker thread: the op comes from its
+-- name, the size from its recorded input shapes, the group is the default one (gloo annotations
+-- name none). `bytes` is the message size S of the nccl-tests convention, from which bus
+-- bandwidth follows: the input for allreduce, reducescatter, alltoall, broadcast, reduce and
+-- send; the whole output for allgather and recv. `seq` is the trace's `Seq` where it has one,
+-- else the instance's position among the rank's collectives of the same group (or stream).
+-- A kernel's duration includes waiting for the other ranks.
+--
+-- Grain: one row per run, rank and collective instance.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   rank INTEGER  Global rank.
+--   step BIGINT  Step whose window the instance starts in; NULL outside every step.
+--   op VARCHAR  allreduce, allgather, reducescatter, alltoall, broadcast, reduce, send, recv,
+--       sendrecv, barrier, ...; NULL when nothing says (a generic kernel without metadata).
+--   pg VARCHAR  Process group name; NULL when unknown.
+--   pg_desc VARCHAR  Process group description (default_pg, ...).
+--   group_size INTEGER  Ranks in the process group.
+--   seq BIGINT  Sequence number of the instance within its process group on this rank.
+--   seq_source VARCHAR  'trace' when `seq` is the trace's own, 'order' when counted here.
+--   comms_id UBIGINT  The trace's cross-rank id of the collective, where it has one.
+--   dtype VARCHAR  Element type.
+--   in_nelems BIGINT  Elements in the input.
+--   out_nelems BIGINT  Elements in the output.
+--   bytes BIGINT  Message size S in bytes (nccl-tests convention); NULL when unknown.
+--   start_ns BIGINT  Start, ns since the Unix epoch.
+--   end_ns BIGINT  End.
+--   dur_ns BIGINT  Duration in ns, waiting for peers included.
+--   kernel VARCHAR  The kernel's or annotation's name.
+--   stream BIGINT  GPU stream (device timeline).
+--   timeline VARCHAR  'device' or 'cpu'.
+--   metadata_source VARCHAR  'kernel', 'record_param_comms', 'kernel name' or 'gloo annotation'.
+WITH timelines AS (
+  SELECT DISTINCT rank, timeline FROM _activity
+),
+default_groups AS (
+  SELECT rank, any_value(pg_name) AS pg_name, any_value(pg_desc) AS pg_desc, any_value(pg_size) AS pg_size
+  FROM process_groups
+  WHERE pg_desc = 'default_pg'
+  GROUP BY rank
+),
+cpu_metadata AS (
+  SELECT rank, file_index, external_id,
+    any_value(collective) AS collective, any_value(in_nelems) AS in_nelems, any_value(out_nelems) AS out_nelems,
+    any_value(group_size) AS group_size, any_value(dtype) AS dtype, any_value(pg_name) AS pg_name,
+    any_value(pg_desc) AS pg_desc, any_value(seq) AS seq, any_value(comms_id) AS comms_id
+  FROM trace_events
+  WHERE name = 'record_param_comms' AND external_id IS NOT NULL
+  GROUP BY ALL
+),
+device_instances AS (
+  SELECT
+    e.rank,
+    collective_op(coalesce(e.collective, m.collective, kernel_collective(e.name))) AS op,
+    coalesce(e.pg_name, m.pg_name) AS pg,
+    coalesce(e.pg_desc, m.pg_desc) AS pg_desc,
+    coalesce(e.group_size, m.group_size) AS group_size,
+    coalesce(e.seq, m.seq) AS trace_seq,
+    coalesce(e.comms_id, m.comms_id) AS comms_id,
+    coalesce(e.dtype, m.dtype) AS dtype,
+    coalesce(e.in_nelems, m.in_nelems) AS in_nelems,
+    coalesce(e.out_nelems, m.out_nelems) AS out_nelems,
+    e.ts_ns AS start_ns,
+    e.ts_ns + e.dur_ns AS end_ns,
+    e.name AS kernel,
+    e.stream,
+    'device' AS timeline,
+    CASE
+      WHEN e.collective IS NOT NULL THEN 'kernel'
+      WHEN m.collective IS NOT NULL THEN 'record_param_comms'
+      ELSE 'kernel name'
+    END AS metadata_source
+  FROM trace_events AS e
+  JOIN timelines AS t ON t.rank = e.rank AND t.timeline = 'device'
+  LEFT JOIN cpu_metadata AS m ON m.rank = e.rank AND m.file_index = e.file_index AND m.external_id = e.external_id
+  WHERE e.ph = 'X' AND is_device_event(e.cat) AND is_comm_event(e.collective, e.name)
+    AND is_valid_interval(e.ts_ns, e.dur_ns)
+),
+cpu_instances AS (
+  SELECT
+    e.rank,
+    collective_op(e.name) AS op,
+    g.pg_name AS pg,
+    g.pg_desc,
+    g.pg_size AS group_size,
+    CAST(NULL AS BIGINT) AS trace_seq,
+    CAST(NULL AS UBIGINT) AS comms_id,
+    json_extract_string(e.input_types, '$[0]') AS dtype,
+    dims_elements(e.input_dims) AS in_nelems,
+    CASE
+      WHEN collective_op(e.name) = 'allgather' THEN dims_elements(e.input_dims) * g.pg_size
+      WHEN collective_op(e.name) = 'reducescatter' THEN dims_elements(e.input_dims) // g.pg_size
+      ELSE dims_elements(e.input_dims)
+    END AS out_nelems,
+    e.ts_ns AS start_ns,
+    e.ts_ns + e.dur_ns AS end_ns,
+    e.name AS kernel,
+    CAST(NULL AS BIGINT) AS stream,
+    'cpu' AS timeline,
+    'gloo annotation' AS metadata_source
+  FROM trace_events AS e
+  JOIN timelines AS t ON t.rank = e.rank AND t.timeline = 'cpu'
+  LEFT JOIN default_groups AS g ON g.rank = e.rank
+  WHERE e.ph = 'X' AND e.cat = 'user_annotation' AND e.name LIKE 'gloo:%'
+    AND is_valid_interval(e.ts_ns, e.dur_ns)
+),
+instances AS (
+  SELECT * FROM device_instances
+  UNION ALL
+  SELECT * FROM cpu_instances
+),
+windows AS (
+  SELECT rank, step, window_start_ns, window_end_ns FROM steps WHERE window_start_ns IS NOT NULL
+),
+with_step AS (
+  SELECT i.*, CASE WHEN i.start_ns < w.window_end_ns THEN w.step END AS step
+  FROM instances AS i
+  ASOF LEFT JOIN windows AS w ON i.rank = w.rank AND i.start_ns >= w.window_start_ns
+)
+SELECT
+  getvariable('run_id') AS run_id,
+  rank,
+  step,
+  op,
+  pg,
+  pg_desc,
+  group_size,
+  coalesce(trace_seq, row_number() OVER (PARTITION BY rank, coalesce(pg, CAST(stream AS VARCHAR)) ORDER BY start_ns) - 1) AS seq,
+  CASE WHEN trace_seq IS NOT NULL THEN 'trace' ELSE 'order' END AS seq_source,
+  comms_id,
+  dtype,
+  in_nelems,
+  out_nelems,
+  CASE
+    WHEN op IN ('allgather', 'recv') THEN out_nelems * dtype_bytes(dtype)
+    ELSE in_nelems * dtype_bytes(dtype)
+  END AS bytes,
+  start_ns,
+  end_ns,
+  end_ns - start_ns AS dur_ns,
+  kernel,
+  stream,
+  timeline,
+  metadata_source
+FROM with_step
+ORDER BY rank, start_ns

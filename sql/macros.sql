@@ -1,0 +1,71 @@
+-- Macros shared by the table files. Defined once per connection, before any table is built.
+
+-- Whether a trace event ran on a GPU stream: kernels, copies and fills. Kineto's categories, plus
+-- the names traces from 2021 and earlier used.
+CREATE OR REPLACE MACRO is_device_event(cat) AS
+  cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'Kernel', 'Memcpy', 'Memset');
+
+-- Whether a device event moves memory rather than computing: a copy, a fill or a DMA.
+CREATE OR REPLACE MACRO is_memory_event(cat, name) AS
+  cat IN ('gpu_memcpy', 'gpu_memset', 'Memcpy', 'Memset')
+  OR regexp_matches(name, '^(Memcpy|Memset|dma)');
+
+-- Whether an event is communication: collective metadata first, name patterns second. The
+-- patterns (built-in plus the user's, from wirespeed.toml) arrive in the `comm_pattern` variable.
+CREATE OR REPLACE MACRO is_comm_event(collective, name) AS
+  collective IS NOT NULL OR regexp_matches(name, getvariable('comm_pattern'));
+
+-- Whether an event is a usable interval: timed, positive and not a counter overflow.
+CREATE OR REPLACE MACRO is_valid_interval(ts_ns, dur_ns) AS
+  ts_ns IS NOT NULL AND dur_ns > 0 AND dur_ns <= getvariable('max_dur_ns');
+
+-- One name per collective, whatever spelling PyTorch, NCCL or gloo used:
+-- `allreduce`, `_allgather_base`, `ncclDevKernel_AllGather_...`, `gloo:all_reduce`,
+-- `reduce_scatter_tensor_coalesced` all become allreduce, allgather, reducescatter, ...
+-- Letters only are compared; longer names are tested before their prefixes.
+CREATE OR REPLACE MACRO collective_op(raw) AS (
+  WITH letters AS (SELECT regexp_replace(lower(regexp_replace(raw, '^(gloo|nccl|c10d):+', '')), '[^a-z]', '', 'g') AS s)
+  SELECT CASE
+    WHEN raw IS NULL THEN NULL
+    WHEN s LIKE 'allreduce%' THEN 'allreduce'
+    WHEN s LIKE 'allgather%' THEN 'allgather'
+    WHEN s LIKE 'reducescatter%' THEN 'reducescatter'
+    WHEN s LIKE 'alltoall%' THEN 'alltoall'
+    WHEN s LIKE 'broadcast%' THEN 'broadcast'
+    WHEN s LIKE 'sendrecv%' THEN 'sendrecv'
+    WHEN s LIKE 'send%' THEN 'send'
+    WHEN s LIKE 'recv%' THEN 'recv'
+    WHEN s LIKE 'reduce%' THEN 'reduce'
+    WHEN s LIKE 'gather%' THEN 'gather'
+    WHEN s LIKE 'scatter%' THEN 'scatter'
+    WHEN s LIKE 'barrier%' THEN 'barrier'
+    WHEN s = '' THEN NULL
+    ELSE s
+  END FROM letters
+);
+
+-- The collective named in an NCCL or RCCL kernel's name (`ncclKernel_AllReduce_RING_LL_Sum_float`,
+-- `ncclDevKernel_ReduceScatter_Sum_f32_RING_LL`); NULL for generic kernels.
+CREATE OR REPLACE MACRO kernel_collective(name) AS
+  nullif(regexp_extract(name, '^(?:nccl(?:Dev)?Kernel|rccl[A-Za-z]*Kernel)_([A-Za-z]+)', 1), 'Generic');
+
+-- Bytes per element of a PyTorch (`Float`, `BFloat16`), NumPy-style (`float32`) or kernel-name
+-- (`f32`, `bf16`) element type.
+CREATE OR REPLACE MACRO dtype_bytes(dtype) AS (
+  CASE
+    WHEN dtype IS NULL THEN NULL
+    WHEN lower(dtype) IN ('double', 'float64', 'f64', 'long', 'int64', 'uint64', 'complexfloat', 'complex64') THEN 8
+    WHEN lower(dtype) IN ('float', 'float32', 'f32', 'fp32', 'int', 'int32', 'uint32', 'i32') THEN 4
+    WHEN lower(dtype) IN ('half', 'float16', 'f16', 'fp16', 'bfloat16', 'bf16', 'short', 'int16', 'uint16') THEN 2
+    WHEN lower(dtype) IN ('byte', 'char', 'bool', 'int8', 'uint8', 'i8', 'u8') OR lower(dtype) LIKE 'float8%' OR lower(dtype) LIKE 'fp8%' THEN 1
+    WHEN lower(dtype) = 'complexdouble' THEN 16
+  END
+);
+
+-- Elements in a profiler `Input Dims` value: the sum over its tensors of the product of their
+-- dimensions (`[[64, 32], [32]]` holds 2080). Scalars count as one element.
+CREATE OR REPLACE MACRO dims_elements(input_dims) AS
+  CAST(list_sum(list_transform(
+    TRY(from_json(input_dims, '[["BIGINT"]]')),
+    lambda dims: coalesce(list_product(dims), 1)
+  )) AS BIGINT);

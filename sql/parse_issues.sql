@@ -1,0 +1,16 @@
+-- parse_issues: everything ingestion skipped or doubted, and where.
+--
+-- Nothing is dropped silently: a file that is not a trace, an event cut off mid-write, a value
+-- of the wrong type, a duplicated rank, a contradicting manifest all leave a row here, and the
+-- rest of the run is ingested all the same.
+--
+-- Grain: one row per run and problem found.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   file VARCHAR  The raw file the problem is in.
+--   line BIGINT  Line in that file, where known.
+--   byte_offset BIGINT  Byte offset in the (uncompressed) file, where known.
+--   severity VARCHAR  'error' (data was skipped) or 'warning' (data was kept but is doubtful).
+--   reason VARCHAR  What is wrong and what was done about it.
+SELECT * FROM _parse_issues_input

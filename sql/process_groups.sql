@@ -1,0 +1,16 @@
+-- process_groups: the process groups each rank's trace declares.
+--
+-- From `distributedInfo.pg_config`. Membership lists here are complete, unlike the
+-- `Process Group Ranks` argument on kernels, which PyTorch truncates for large groups.
+--
+-- Grain: one row per run, rank and process group.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   rank INTEGER  Global rank whose trace declares the group.
+--   pg_name VARCHAR  Process group name (matches trace_events.pg_name).
+--   pg_desc VARCHAR  Description: default_pg, or what the program called it.
+--   backend VARCHAR  Backend configuration, e.g. 'cuda:nccl' or 'cpu:gloo,cuda:gloo'.
+--   pg_size INTEGER  Ranks in the group.
+--   pg_ranks VARCHAR  Global ranks in the group, as a JSON list (or as the trace wrote it).
+SELECT * FROM _process_groups_input

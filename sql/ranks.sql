@@ -1,0 +1,31 @@
+-- ranks: each trace file of a run: whose it is, where it ran, and how it was read.
+--
+-- Normally one file per rank; a rank profiled over several cycles has one row per file. The
+-- rank comes from the trace's `distributedInfo`, else from the file name (`rank3`, `rank-3`),
+-- else from the file's position in the folder (`rank_source` says which).
+--
+-- Grain: one row per run and trace file.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   rank INTEGER  Global rank.
+--   file_index INTEGER  The file's number within the run (matches trace_events.file_index).
+--   trace_file VARCHAR  Path of the raw trace file.
+--   rank_source VARCHAR  'trace', 'file name' or 'file order'.
+--   host VARCHAR  Host the rank ran on, where known.
+--   world_size INTEGER  World size the trace states.
+--   backend VARCHAR  Backend the trace states.
+--   device_name VARCHAR  GPU model from the trace's deviceProperties, where it has one.
+--   nccl_version VARCHAR  NCCL version the trace states.
+--   time_regime VARCHAR  'relative to baseTimeNanoseconds' or 'absolute microseconds'.
+--   base_ns BIGINT  baseTimeNanoseconds (0 for absolute traces).
+--   parser VARCHAR  'fast' (cut into chunks for DuckDB) or 'exact' (decoded event by event).
+--   layout VARCHAR  How the file separates events: 'kineto', 'one-line', 'one-event', 'any'.
+--   input_bytes BIGINT  Uncompressed bytes read.
+--   events BIGINT  Events kept (flow arrows aside).
+--   device_events BIGINT  Kernels, copies and fills among them.
+--   first_ns BIGINT  Earliest event start, ns since the Unix epoch.
+--   last_ns BIGINT  Latest event end.
+--   truncated BOOLEAN  Whether the file was cut off (its complete events were kept).
+--   parse_seconds DOUBLE  Wall time spent reading and normalising the file.
+SELECT * FROM _ranks_input

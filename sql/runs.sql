@@ -1,0 +1,35 @@
+-- runs: one row per ingested run: what it was, how big, on what network.
+--
+-- Built from the collector's manifest where there is one, and from the traces themselves
+-- (`distributedInfo`) where there is not. The link line rate is what the utilisation and what-if
+-- analyses compare against; `link_source` says where it came from, so a guess is never mistaken
+-- for a measurement.
+--
+-- Grain: one row per run.
+--
+-- Columns:
+--   run_id VARCHAR  The run's id: the manifest's, else the folder's or file's name.
+--   source_kind VARCHAR  'collector' (a run folder written by the collectors), 'trace folder' or
+--       'trace file'.
+--   source_path VARCHAR  Where the raw inputs are; they are only ever read.
+--   job VARCHAR  The job tag the run was captured under, to group runs of one job.
+--   tags VARCHAR  All user tags from the manifest, as a JSON object.
+--   world_size INTEGER  Ranks in the job.
+--   world_size_source VARCHAR  'manifest', 'trace' (distributedInfo) or 'ranks found'.
+--   ranks_found INTEGER  Distinct ranks with a trace in this run.
+--   backend VARCHAR  Process-group backend: nccl, gloo, ...
+--   hosts INTEGER  Distinct hosts the ranks ran on, where known.
+--   link_gbps DOUBLE  Line rate of the network link per host, in Gbit/s (10^9 bit/s).
+--   link_source VARCHAR  Where link_gbps came from: 'override', 'sysfs:<interface>',
+--       'infiniband:<device>/<port>', or NULL when unknown.
+--   device_model VARCHAR  Accelerator (or CPU) model.
+--   torch_version VARCHAR  PyTorch version from the manifest.
+--   nccl_version VARCHAR  NCCL version from the manifest or the traces.
+--   cuda_version VARCHAR  CUDA version from the manifest.
+--   started_ns BIGINT  When the captured command started, ns since the Unix epoch.
+--   ended_ns BIGINT  When it ended.
+--   exit_code INTEGER  The captured command's exit status.
+--   trace_files INTEGER  Trace files ingested.
+--   parse_errors INTEGER  Problems that made ingestion skip data (see parse_issues).
+--   ingested_at_ns BIGINT  When this version of the run was ingested.
+SELECT * FROM _runs_input

@@ -1,0 +1,70 @@
+"""Shared fixtures: the real traces in ../shared, a warehouse holding all of them, a live gloo capture."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.analysis import analyze_run
+from pipelines.ingest import parse_run
+from pipelines.settings import Settings
+from pipelines.sources import discover
+from pipelines.warehouse import Warehouse
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+TRACES = SHARED / "traces"
+REFERENCE = TRACES / "reference_outputs"
+
+
+def shared_trace_files() -> list[Path]:
+    assert TRACES.is_dir(), f"the shared traces must be beside the clone, at {TRACES}"
+    return sorted(TRACES.glob("*/*.json.gz"))
+
+
+def ingest_directly(
+    store: Warehouse, path: Path, run_id: str | None = None, key: str = "test", settings: Settings | None = None
+) -> str:
+    """Both stages of an ingest, as the Dagster assets run them, without Dagster around them."""
+    source = discover(path, run_id)
+    settings = settings or Settings()
+    version = store.start_version(source.run_id, key, carry_tables=())
+    parse_run(source, version, store, settings)
+    analyze_run(source.run_id, version, store, settings)
+    store.publish(source.run_id, version)
+    return source.run_id
+
+
+@pytest.fixture(scope="session")
+def shared_warehouse(tmp_path_factory) -> Warehouse:
+    """Every shared trace file as its own run, and the two-rank HTA folder as one run."""
+    store = Warehouse(tmp_path_factory.mktemp("shared") / "warehouse")
+    store.ensure()
+    for path in shared_trace_files():
+        ingest_directly(store, path)
+    ingest_directly(store, TRACES / "hta_sampled_2rank", "sampled_2rank")
+    return store
+
+
+def wirespeed(*args: str, cwd: Path | None = None, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the real `wirespeed` command line in a child process."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args], cwd=cwd or REPO, env=env, capture_output=True, text=True
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"wirespeed {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def gloo_run(tmp_path_factory) -> Path:
+    """A live capture: `wirespeed collect` around a 2-rank DDP job over gloo (real torch processes)."""
+    landing = tmp_path_factory.mktemp("landing")
+    wirespeed(
+        "collect", "--landing", str(landing), "--run-id", "gloo-live", "--job", "test-job", "--link-gbps", "25",
+        "--", sys.executable, "-m", "collectors.demo_ddp", "--world-size", "2", "--steps", "6",
+    )
+    return landing / "gloo-live"

@@ -1,0 +1,53 @@
+"""The SQL files' headers are contracts: every file parses, the docs match them, the data obeys them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import REPO
+from pipelines import sql
+from pipelines.analysis import BUILD_ORDER
+from pipelines.kineto.fields import ARG_KEYS
+from pipelines.schema_doc import schema_markdown
+from pipelines.warehouse import ANALYSIS_TABLES, ROLLUP_TABLES, TABLES
+
+ALL_TABLES = TABLES + ROLLUP_TABLES + tuple(n for n in BUILD_ORDER if n.startswith("_"))
+
+
+@pytest.mark.parametrize("name", ALL_TABLES)
+def test_every_table_file_has_a_contract(name):
+    table = sql.table(name)
+    assert table.summary and table.explanation and table.grain.startswith("one row per")
+    names = [c.name for c in table.columns]
+    assert len(names) == len(set(names)) and all(c.doc for c in table.columns)
+    # Units in names: anything measured in time is in integer nanoseconds.
+    for column in table.columns:
+        if column.name.endswith("_ns"):
+            assert column.type == "BIGINT", (name, column.name)
+
+
+def test_schema_doc_is_current():
+    assert (REPO / "docs" / "schema.md").read_text() == schema_markdown(), "run: python -m pipelines.schema_doc > docs/schema.md"
+
+
+def test_every_arg_key_read_is_used():
+    text = sql.table("trace_events").query
+    for key in ARG_KEYS:
+        assert re.search(rf'args\.("{re.escape(key)}"|{re.escape(key)}\b)', text), key
+
+
+def test_published_tables_have_their_documented_columns(shared_warehouse):
+    con = shared_warehouse.connect()
+    try:
+        for name in TABLES + ROLLUP_TABLES:
+            described = [(c.name, c.type) for c in sql.table(name).columns]
+            actual = [(row[0], row[1]) for row in con.execute(f'DESCRIBE "{name}"').fetchall()]
+            assert actual == described, name
+    finally:
+        con.close()
+
+
+def test_analysis_builds_every_published_table():
+    assert set(ANALYSIS_TABLES) <= set(BUILD_ORDER)
