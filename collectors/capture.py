@@ -1,0 +1,161 @@
+"""Profile a training loop for wirespeed: torch.profiler with a step schedule, one trace per rank.
+
+    from collectors import Capture
+
+    with Capture(wait=1, warmup=1, active=4) as capture:
+        for batch in loader:
+            train_step(batch)
+            capture.step()
+
+Run under `wirespeed collect`, the run folder comes from the environment; otherwise pass
+`run_dir`. Profiling must never break training: if the profiler fails to start, step or export,
+the failure is written to the rank's file (and so to the manifest) and training goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from collectors import host, manifest, rundir
+
+
+class Capture:
+    def __init__(
+        self,
+        run_dir: str | Path | None = None,
+        *,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 4,
+        repeat: int = 1,
+        record_shapes: bool = True,
+        with_stack: bool = False,
+        compress: bool = False,
+        link_gbps: float | None = None,
+        tags: dict[str, str] | None = None,
+        run_id: str | None = None,
+    ):
+        """`record_shapes` is on because gloo collectives carry their sizes only in input shapes."""
+        run_dir = run_dir or os.environ.get(rundir.ENV_RUN_DIR)
+        if not run_dir:
+            raise ValueError(f"no run folder: pass run_dir=, or start the job under `wirespeed collect` (sets {rundir.ENV_RUN_DIR})")
+        self.run_dir = Path(run_dir)
+        self.run_id = run_id or os.environ.get(rundir.ENV_RUN_ID) or self.run_dir.name
+        self.schedule = dict(wait=wait, warmup=warmup, active=active, repeat=repeat)
+        self.record_shapes = record_shapes
+        self.with_stack = with_stack
+        self.suffix = ".pt.trace.json.gz" if compress else ".pt.trace.json"
+        self.link_gbps = link_gbps
+        self.tags = dict(tags or {})
+        self.failures: list[dict] = []
+        self.traces: list[str] = []
+        self.profiler: torch.profiler.profile | None = None
+        self.rank = 0
+        self.world_size = 1
+        self.cycles = 0
+
+    # --- the profiler, guarded ---------------------------------------------------------------
+
+    def __enter__(self) -> "Capture":
+        self.rank, self.world_size = _rank_and_world()
+        (self.run_dir / rundir.TRACES).mkdir(parents=True, exist_ok=True)
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        try:
+            self.profiler = torch.profiler.profile(
+                activities=activities,
+                schedule=torch.profiler.schedule(**self.schedule),
+                on_trace_ready=self._export,
+                record_shapes=self.record_shapes,
+                with_stack=self.with_stack,
+            )
+            self.profiler.__enter__()
+        except Exception as failure:  # profiling is optional; training is not
+            self._fail("start", failure)
+        return self
+
+    def step(self) -> None:
+        """Call once per training step, after the step's work was issued."""
+        if self.profiler is None:
+            return
+        try:
+            self.profiler.step()
+        except Exception as failure:
+            self._fail("step", failure)
+
+    def __exit__(self, *exc_info) -> None:
+        if self.profiler is not None:
+            try:
+                self.profiler.__exit__(None, None, None)
+            except Exception as failure:
+                self._fail("stop", failure)
+        self._describe_rank()
+        if os.environ.get(rundir.ENV_LAUNCHER) != "1":
+            self._finish_without_launcher()
+
+    def _export(self, profiler: torch.profiler.profile) -> None:
+        name = f"rank{self.rank}{self.suffix}" if self.cycles == 0 else f"rank{self.rank}.cycle{self.cycles}{self.suffix}"
+        self.cycles += 1
+        target = rundir.inside(self.run_dir / rundir.TRACES, name)
+        partial = target.with_name(f".{target.name}.partial{self.suffix}")
+        try:
+            profiler.export_chrome_trace(str(partial))
+            os.replace(partial, target)
+            self.traces.append(f"{rundir.TRACES}/{name}")
+        except Exception as failure:
+            self._fail("export", failure)
+
+    def _fail(self, stage: str, failure: Exception) -> None:
+        self.profiler = None if stage in ("start", "step") else self.profiler
+        detail = "".join(traceback.format_exception_only(type(failure), failure)).strip()
+        self.failures.append({"stage": stage, "error": detail, "at_ns": time.time_ns()})
+        warnings.warn(f"wirespeed: profiler {stage} failed on rank {self.rank}, training continues: {detail}", stacklevel=3)
+
+    # --- what the rank knows about itself ----------------------------------------------------
+
+    def _describe_rank(self) -> None:
+        backend = dist.get_backend() if dist.is_available() and dist.is_initialized() else None
+        link, source = host.link_rate(self.link_gbps, backend)
+        cuda = torch.cuda.is_available()
+        description = {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "local_rank": int(os.environ.get("LOCAL_RANK", self.rank)),
+            "host": host.hostname(),
+            "pid": os.getpid(),
+            "backend": backend,
+            "torch_version": torch.__version__,
+            "cuda_version": torch.version.cuda,
+            "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+            "device_model": torch.cuda.get_device_name() if cuda else host.cpu_model(),
+            "link_gbps": link,
+            "link_source": source,
+            "tags": self.tags,
+            "traces": self.traces,
+            "failures": self.failures,
+        }
+        rundir.write_json_atomically(self.run_dir / rundir.RANKS / f"rank{self.rank}.json", description)
+
+    def _finish_without_launcher(self) -> None:
+        """Without `wirespeed collect`, rank 0 writes the manifest once every rank has written its file."""
+        if dist.is_available() and dist.is_initialized() and self.world_size > 1:
+            try:
+                dist.barrier()
+            except Exception as failure:
+                self._fail("barrier", failure)
+        if self.rank == 0:
+            manifest.finish(self.run_dir, self.run_id, self.tags)
+
+
+def _rank_and_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))

@@ -1,0 +1,89 @@
+"""`wirespeed collect`: run a training command so that it leaves a complete run folder behind.
+
+It creates the run folder, sets up NCCL's debug logging into it (one file per process, with
+timestamps where NCCL supports them), tells the training processes where the folder is, runs the
+command, and once the command has exited (every rank has finished) writes the manifest and the
+`_DONE` marker, whatever the command's exit status: a failed run is still worth analysing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from collectors import host, manifest, rundir
+
+# NCCL's INIT lines give communicators, ranks, devices and transports; COLL lines give every
+# collective call. Timestamps exist from NCCL 2.26 (older versions ignore these variables).
+NCCL_ENV = {
+    "NCCL_DEBUG": "INFO",
+    "NCCL_DEBUG_SUBSYS": "INIT,COLL,ENV",
+    "NCCL_DEBUG_TIMESTAMP_LEVELS": "ALL",
+    "NCCL_DEBUG_TIMESTAMP_FORMAT": "[%F %T.%6f] ",
+}
+
+
+def new_run_id() -> str:
+    return f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+
+
+def collect(
+    landing: Path,
+    command: list[str],
+    run_id: str | None = None,
+    link_gbps: float | None = None,
+    tags: dict[str, str] | None = None,
+) -> tuple[Path, int]:
+    """Run `command` with the run folder set up; return the folder and the command's exit code."""
+    if not command:
+        raise ValueError("no command to run")
+    run_id = run_id or new_run_id()
+    run_dir = rundir.inside(Path(landing), run_id) if "/" not in run_id else None
+    if run_dir is None or run_dir.name != run_id:
+        raise ValueError(f"run id {run_id!r} must be a plain folder name")
+    if run_dir.exists():
+        raise FileExistsError(f"{run_dir} already exists: choose another --run-id")
+    for folder in (rundir.TRACES, rundir.RANKS, rundir.NCCL):
+        (run_dir / folder).mkdir(parents=True)
+    environment = dict(os.environ)
+    for name, value in NCCL_ENV.items():
+        environment.setdefault(name, value)
+    environment["NCCL_DEBUG_FILE"] = str(run_dir / rundir.NCCL / "nccl.%h.%p.log")
+    environment[rundir.ENV_RUN_DIR] = str(run_dir.absolute())
+    environment[rundir.ENV_RUN_ID] = run_id
+    environment[rundir.ENV_LAUNCHER] = "1"
+    if link_gbps is not None:
+        environment[rundir.ENV_LINK_GBPS] = str(link_gbps)
+    started = time.time_ns()
+    exit_code = _run(command, environment)
+    launch = {
+        "command": command,
+        "launcher_host": host.hostname(),
+        "started_ns": started,
+        "ended_ns": time.time_ns(),
+        "exit_code": exit_code,
+    }
+    manifest.finish(run_dir, run_id, tags, launch)
+    return run_dir, exit_code
+
+
+def _run(command: list[str], environment: dict[str, str]) -> int:
+    """Run the command in the foreground, passing SIGINT/SIGTERM on so it can stop cleanly."""
+    child = subprocess.Popen(command, env=environment)
+    forwarded = {}
+
+    def forward(signum, _frame):
+        child.send_signal(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        forwarded[signum] = signal.signal(signum, forward)
+    try:
+        return child.wait()
+    finally:
+        for signum, previous in forwarded.items():
+            signal.signal(signum, previous)

@@ -1,0 +1,55 @@
+"""The run folder's layout, shared by the in-job API and the launcher (no torch, no dagster).
+
+    <landing>/<run_id>/
+        traces/rank<R>.pt.trace.json      one profiler trace per rank (per cycle: rank<R>.cycle<K>...)
+        ranks/rank<R>.json               what each rank knows about itself (host, device, link, failures)
+        nccl/nccl.<host>.<pid>.log        NCCL debug log, one per process
+        manifest.json                    the run as a whole, written once every rank has finished
+        _DONE                            written last; the pipeline ingests nothing before it
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+TRACES = "traces"
+RANKS = "ranks"
+NCCL = "nccl"
+MANIFEST = "manifest.json"
+DONE = "_DONE"
+
+# Set by `wirespeed collect` for the training processes it starts.
+ENV_RUN_DIR = "WIRESPEED_RUN_DIR"
+ENV_RUN_ID = "WIRESPEED_RUN_ID"
+ENV_LAUNCHER = "WIRESPEED_LAUNCHER"
+ENV_LINK_GBPS = "WIRESPEED_LINK_GBPS"
+
+
+def write_json_atomically(path: Path, data: dict) -> None:
+    """Write JSON so that a reader sees the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    temporary.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+    os.replace(temporary, path)
+
+
+def read_rank_files(run_dir: Path) -> list[dict]:
+    """Every rank's self-description, skipping any that cannot be read."""
+    found = []
+    for path in sorted((run_dir / RANKS).glob("rank*.json")):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return found
+
+
+def inside(run_dir: Path, name: str) -> Path:
+    """`run_dir / name`, refusing any name that would leave the run folder."""
+    target = (run_dir / name).resolve()
+    if run_dir.resolve() not in target.parents:
+        raise ValueError(f"{name!r} is not a path inside the run folder")
+    return target

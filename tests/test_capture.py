@@ -1,0 +1,94 @@
+"""A live capture: a real 2-rank gloo DDP job under `wirespeed collect`, ingested by `wirespeed ingest`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import wirespeed
+from pipelines.sources import discover
+
+
+def test_collect_writes_a_complete_run_folder(gloo_run):
+    assert (gloo_run / "_DONE").is_file()
+    assert sorted(p.name for p in (gloo_run / "traces").iterdir()) == ["rank0.pt.trace.json", "rank1.pt.trace.json"]
+    manifest = json.loads((gloo_run / "manifest.json").read_text())
+    assert manifest["run_id"] == "gloo-live" and manifest["world_size"] == 2 and manifest["backend"] == "gloo"
+    assert manifest["exit_code"] == 0 and manifest["failures"] == []
+    assert manifest["link_gbps"] == 25.0 and manifest["link_source"] == "override"
+    assert manifest["tags"]["job"] == "test-job" and manifest["torch_version"].startswith("2.13.0")
+    assert [r["rank"] for r in manifest["ranks"]] == [0, 1]
+    # The marker comes last: nothing in the folder is newer than it.
+    done = (gloo_run / "_DONE").stat().st_mtime_ns
+    assert all(p.stat().st_mtime_ns <= done for p in gloo_run.rglob("*") if p.is_file())
+
+
+def test_collect_sets_up_nccl_logging_for_the_job(tmp_path):
+    command = ["--", "python3", "-c", "import os; print(os.environ['NCCL_DEBUG'], os.environ['NCCL_DEBUG_SUBSYS'], os.environ['NCCL_DEBUG_FILE'])"]
+    result = wirespeed("collect", "--landing", str(tmp_path), "--run-id", "env", *command)
+    printed = result.stdout.splitlines()[0].split()
+    assert printed[:2] == ["INFO", "INIT,COLL,ENV"]
+    assert printed[2] == str(tmp_path / "env" / "nccl" / "nccl.%h.%p.log")
+
+
+def test_failing_command_still_leaves_a_finished_run(tmp_path):
+    result = wirespeed("collect", "--landing", str(tmp_path), "--run-id", "fails", "--", "python3", "-c", "raise SystemExit(3)", check=False)
+    assert result.returncode == 3
+    manifest = json.loads((tmp_path / "fails" / "manifest.json").read_text())
+    assert manifest["exit_code"] == 3 and (tmp_path / "fails" / "_DONE").exists()
+
+
+@pytest.fixture(scope="module")
+def gloo_warehouse(gloo_run, tmp_path_factory):
+    warehouse = tmp_path_factory.mktemp("gloo") / "warehouse"
+    result = wirespeed("ingest", str(gloo_run), "--warehouse", str(warehouse), "--quiet")
+    assert "gloo-live: exposed communication" in result.stdout
+    return warehouse
+
+
+def sql_json(warehouse, query: str) -> list[dict]:
+    return json.loads(wirespeed("sql", query, "--warehouse", str(warehouse), "--format", "json").stdout)
+
+
+def test_live_run_ingests_on_the_cpu_timeline(gloo_warehouse):
+    (run,) = sql_json(gloo_warehouse, "SELECT * FROM runs")
+    assert run["source_kind"] == "collector" and run["world_size"] == 2 and run["ranks_found"] == 2
+    assert run["link_gbps"] == 25.0 and run["job"] == "test-job" and run["parse_errors"] == 0
+    steps = sql_json(gloo_warehouse, "SELECT rank, count(*) AS n, any_value(timeline) AS timeline FROM steps GROUP BY rank ORDER BY rank")
+    assert steps == [{"rank": 0, "n": 4, "timeline": "cpu"}, {"rank": 1, "n": 4, "timeline": "cpu"}]
+
+
+def test_live_run_breakdown(gloo_warehouse):
+    rows = sql_json(gloo_warehouse, "SELECT * FROM step_breakdown ORDER BY rank, step")
+    assert len(rows) == 8
+    for row in rows:
+        assert row["step_ns"] == row["compute_ns"] + row["exposed_comm_ns"] + row["other_ns"] + row["idle_ns"]
+        assert row["compute_ns"] > 0 and row["comm_ns"] > 0 and row["other_ns"] == 0
+    # DDP all-reduces buckets during backward: some communication is hidden, some not.
+    assert sum(r["overlap_ns"] for r in rows) > 0 and sum(r["exposed_comm_ns"] for r in rows) > 0
+
+
+def test_live_run_collectives_have_sizes(gloo_warehouse):
+    rows = sql_json(
+        gloo_warehouse,
+        "SELECT rank, op, count(*) AS n, min(bytes) AS min_bytes, sum(bytes) AS total, any_value(group_size) AS g, "
+        "count(DISTINCT seq) AS seqs FROM collectives GROUP BY rank, op ORDER BY rank",
+    )
+    assert [r["rank"] for r in rows] == [0, 1] and {r["op"] for r in rows} == {"allreduce"}
+    # Every gradient is all-reduced once per step: both ranks move the same bytes.
+    assert rows[0]["total"] == rows[1]["total"] > 4 * (6 * 512 * 512) * 4
+    assert all(r["min_bytes"] > 0 and r["g"] == 2 and r["seqs"] == r["n"] for r in rows)
+
+
+def test_reingest_replaces_the_run(gloo_run, gloo_warehouse):
+    before = sql_json(gloo_warehouse, "SELECT count(*) AS n FROM trace_events")[0]["n"]
+    wirespeed("ingest", str(gloo_run), "--warehouse", str(gloo_warehouse), "--quiet")
+    after = sql_json(gloo_warehouse, "SELECT count(*) AS n, count(DISTINCT run_id) AS runs FROM trace_events")[0]
+    assert after == {"n": before, "runs": 1}
+    assert sql_json(gloo_warehouse, "SELECT count(*) AS n FROM runs") == [{"n": 1}]
+
+
+def test_discover_reads_the_run_folder(gloo_run):
+    source = discover(gloo_run)
+    assert source.run_id == "gloo-live" and source.kind == "collector" and len(source.trace_files) == 2
