@@ -1,0 +1,57 @@
+"""The sensor that turns completed run folders in the landing folder into ingested runs."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from pipelines.defs.ingest.jobs import ingest_job
+from pipelines.defs.partitions import runs_partitions
+from pipelines.defs.resources import WarehouseResource
+from pipelines.sources import DONE_MARKER, is_complete_run
+from pipelines.warehouse import check_run_id
+
+
+def completed_runs(landing: Path) -> dict[str, str]:
+    """Run folders whose `_DONE` marker exists, each with a fingerprint of its files."""
+    if not landing.is_dir():
+        return {}
+    found = {}
+    for folder in sorted(p for p in landing.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if is_complete_run(folder):
+            found[folder.name] = _fingerprint(folder)
+    return found
+
+
+def _fingerprint(folder: Path) -> str:
+    """Changes whenever a file in the run folder is added, removed, resized or rewritten."""
+    digest = hashlib.sha1()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+@dg.sensor(job=ingest_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+def landing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult | dg.SkipReason:
+    """Ingest each run folder once it is complete, and again whenever it changes afterwards."""
+    seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+    current = completed_runs(Path(warehouse.landing))
+    changed = {}
+    for run_id, fingerprint in current.items():
+        if seen.get(run_id) == fingerprint:
+            continue
+        problem = check_run_id(run_id)
+        if problem:
+            context.log.warning(f"skipping landing folder {run_id!r}: {problem}")
+            continue
+        changed[run_id] = fingerprint
+    if not changed:
+        return dg.SkipReason(f"no new or changed run folder with a {DONE_MARKER} marker")
+    known = set(context.instance.get_dynamic_partitions(runs_partitions.name))
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(partition_key=r, run_key=f"{r}@{f}") for r, f in changed.items()],
+        dynamic_partitions_requests=[runs_partitions.build_add_request(sorted(set(changed) - known))],
+        cursor=json.dumps({**seen, **changed}),
+    )

@@ -1,0 +1,124 @@
+"""The Dagster code location: it loads, and the sensor -> partition -> materialisation path works."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import dagster as dg
+import pytest
+
+from pipelines.defs.ingest.sensors import landing_sensor
+from pipelines.defs.resources import WarehouseResource
+from pipelines.definitions import defs
+from pipelines.warehouse import Warehouse
+
+
+@pytest.fixture(scope="module")
+def definitions() -> dg.Definitions:
+    loaded = defs()
+    dg.Definitions.validate_loadable(loaded)
+    return loaded
+
+
+def test_code_location_loads(definitions):
+    keys = {key.to_user_string() for key in definitions.resolve_asset_graph().get_all_asset_keys()}
+    assert {"trace_events", "steps", "collectives", "step_breakdown", "rank_breakdown", "run_report", "run_summary"} <= keys
+    assert definitions.resolve_job_def("ingest_job") and definitions.resolve_job_def("reanalyze_job")
+    assert definitions.resolve_sensor_def("landing_sensor") and definitions.resolve_schedule_def("hourly_rollups")
+
+
+def test_workspace_file_names_the_code_location():
+    from conftest import REPO
+
+    text = (REPO / "workspace.yaml").read_text()
+    assert "module_name: pipelines.definitions" in text and "location_name: wirespeed" in text
+
+
+def test_sensor_partition_materialisation(definitions, gloo_run, tmp_path):
+    landing = tmp_path / "landing"
+    shutil.copytree(gloo_run, landing / "gloo-live")
+    unfinished = landing / "still-running"
+    shutil.copytree(gloo_run, unfinished)
+    (unfinished / "_DONE").unlink()
+    resource = WarehouseResource(root=str(tmp_path / "warehouse"), landing=str(landing))
+    instance = dg.DagsterInstance.ephemeral()
+
+    # 1. The sensor sees the finished run only, adds its partition and asks for one run.
+    result = landing_sensor(dg.build_sensor_context(instance=instance, resources={"warehouse": resource}))
+    assert [r.partition_key for r in result.run_requests] == ["gloo-live"]
+    assert result.dynamic_partitions_requests[0].partition_keys == ["gloo-live"]
+    instance.add_dynamic_partitions("runs", ["gloo-live"])
+
+    # 2. The requested job materialises every per-run asset and evaluates every check.
+    job = definitions.get_repository_def().get_job("ingest_job")
+    outcome = job.execute_in_process(
+        partition_key="gloo-live",
+        instance=instance,
+        resources={"warehouse": resource},
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )
+    assert outcome.success
+    checks = {e.check_name: e.passed for e in outcome.get_asset_check_evaluations()}
+    assert checks == {
+        "ranks_match_world_size": True, "no_negative_durations": True, "no_skipped_data": True,
+        "steps_found": True, "communication_found": True, "breakdown_adds_up": True,
+    }
+    materialized = {event.asset_key.to_user_string() for event in outcome.get_asset_materialization_events()}
+    assert {"trace_events", "step_breakdown", "run_report"} <= materialized
+    store = Warehouse(resource.root)
+    assert store.report_path("gloo-live").exists()
+    con = store.connect()
+    assert con.execute("SELECT count(DISTINCT rank) FROM step_breakdown WHERE run_id = 'gloo-live'").fetchall() == [(2,)]
+    con.close()
+
+    # 3. Nothing changed: the next tick skips; a change after ingest is noticed and re-ingested.
+    cursor = result.cursor
+    again = landing_sensor(dg.build_sensor_context(instance=instance, resources={"warehouse": resource}, cursor=cursor))
+    assert isinstance(again, dg.SkipReason)
+    (landing / "gloo-live" / "traces" / "rank1.pt.trace.json").touch()
+    changed = landing_sensor(dg.build_sensor_context(instance=instance, resources={"warehouse": resource}, cursor=cursor))
+    assert [r.partition_key for r in changed.run_requests] == ["gloo-live"]
+    assert changed.run_requests[0].run_key != result.run_requests[0].run_key
+    assert changed.dynamic_partitions_requests[0].partition_keys == []
+    assert json.loads(changed.cursor)["gloo-live"] != json.loads(cursor)["gloo-live"]
+
+
+def test_reanalysis_does_not_read_raw_traces(definitions, gloo_run, tmp_path):
+    """The analysis assets run from the stored parse tables even once the raw inputs are gone."""
+    landing = tmp_path / "landing"
+    shutil.copytree(gloo_run, landing / "gloo-live")
+    resource = WarehouseResource(root=str(tmp_path / "warehouse"), landing=str(landing))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("runs", ["gloo-live"])
+    repository = definitions.get_repository_def()
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    first = repository.get_job("ingest_job").execute_in_process(
+        partition_key="gloo-live", instance=instance, resources={"warehouse": resource}, run_config=quiet
+    )
+    assert first.success
+    shutil.rmtree(landing / "gloo-live")
+    store = Warehouse(resource.root)
+    events_before = sorted(p.stat().st_ino for p in (store.published("gloo-live") / "trace_events").iterdir())
+    again = repository.get_job("reanalyze_job").execute_in_process(
+        partition_key="gloo-live", instance=instance, resources={"warehouse": resource}, run_config=quiet
+    )
+    assert again.success
+    # A new version was published, sharing (hard-linking) the same event files.
+    assert sorted(p.stat().st_ino for p in (store.published("gloo-live") / "trace_events").iterdir()) == events_before
+
+
+def test_dagster_cli_validates_the_workspace(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import REPO
+
+    dagster = Path(sys.executable).parent / "dagster"
+    result = subprocess.run(
+        [str(dagster), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=REPO, env={**os.environ, "DAGSTER_HOME": str(tmp_path)}, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0 and "All code locations passed validation" in result.stdout + result.stderr
