@@ -1,0 +1,142 @@
+"""The `wirespeed` command line.
+
+    wirespeed collect --landing DIR [--run-id ID] -- COMMAND...   capture a training run
+    wirespeed ingest PATH... [--warehouse DIR]                    ingest runs (Dagster, in-process)
+    wirespeed sql "QUERY" [--format table|csv|json]               query the warehouse
+    wirespeed report RUN_ID [-o FILE]                             write a run's HTML report
+    wirespeed demo                                                capture, ingest and report a demo
+
+Heavy imports (dagster, duckdb, torch) happen inside the subcommands that need them, so that
+`wirespeed collect` starts fast inside a training job's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _warehouse_dir(value: str | None) -> Path:
+    return Path(value or os.environ.get("WIRESPEED_HOME") or "warehouse")
+
+
+def _landing_dir(value: str | None) -> Path:
+    return Path(value or os.environ.get("WIRESPEED_LANDING") or "landing")
+
+
+def _tags(values: list[str]) -> dict[str, str]:
+    tags = {}
+    for value in values:
+        key, separator, text = value.partition("=")
+        if not separator or not key:
+            raise SystemExit(f"--tag takes KEY=VALUE, not {value!r}")
+        tags[key] = text
+    return tags
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from collectors.launch import collect
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise SystemExit("give the training command after --, e.g. wirespeed collect --landing runs -- torchrun train.py")
+    tags = _tags(args.tag)
+    if args.job:
+        tags["job"] = args.job
+    run_dir, exit_code = collect(_landing_dir(args.landing), command, args.run_id, args.link_gbps, tags)
+    print(f"run folder: {run_dir} (command exited with {exit_code})")
+    return exit_code
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from pipelines.materialize import ingest_paths
+
+    if args.run_id and len(args.paths) != 1:
+        raise SystemExit("--run-id names one run: give exactly one PATH with it")
+    results = ingest_paths([Path(p) for p in args.paths], _warehouse_dir(args.warehouse), args.run_id, progress=not args.quiet)
+    failed = [r for r in results if not r.success]
+    for result in results:
+        print(result.describe())
+    return 1 if failed else 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from pipelines.query import print_query
+
+    print_query(_warehouse_dir(args.warehouse), args.query, args.format, sys.stdout)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pipelines import settings
+    from pipelines.report import report_run
+    from pipelines.warehouse import Warehouse
+
+    store = Warehouse(_warehouse_dir(args.warehouse))
+    store.ensure()
+    target = report_run(store, settings.load(store.root), args.run_id, Path(args.output) if args.output else None)
+    print(target)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pipelines.demo import run_demo
+
+    return run_demo(_warehouse_dir(args.warehouse), _landing_dir(args.landing), EXAMPLES)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="wirespeed", description="Is the network the bottleneck of your distributed PyTorch run?")
+    commands = top.add_subparsers(dest="subcommand", required=True)
+
+    collect = commands.add_parser("collect", help="run a training command and capture its traces into a run folder")
+    collect.add_argument("--landing", help="folder that receives run folders (default: $WIRESPEED_LANDING or ./landing)")
+    collect.add_argument("--run-id", help="name of the run folder (default: a UTC timestamp and a random suffix)")
+    collect.add_argument("--link-gbps", type=float, help="network line rate per host in Gbit/s, overriding what the OS says")
+    collect.add_argument("--job", help="job tag, to group runs of one job (same as --tag job=NAME)")
+    collect.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag for the manifest (repeatable)")
+    collect.add_argument("command", nargs=argparse.REMAINDER, help="-- then the training command")
+    collect.set_defaults(run=cmd_collect)
+
+    warehouse_help = "warehouse folder (default: $WIRESPEED_HOME or ./warehouse)"
+    ingest = commands.add_parser("ingest", help="ingest run folders, trace folders or trace files")
+    ingest.add_argument("paths", nargs="+", metavar="PATH")
+    ingest.add_argument("--warehouse", help=warehouse_help)
+    ingest.add_argument("--run-id", help="run id for a single PATH (default: manifest, folder or file name)")
+    ingest.add_argument("--quiet", action="store_true", help="no progress bar")
+    ingest.set_defaults(run=cmd_ingest)
+
+    query = commands.add_parser("sql", help="run SQL against the warehouse (DuckDB dialect)")
+    query.add_argument("query")
+    query.add_argument("--warehouse", help=warehouse_help)
+    query.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    query.set_defaults(run=cmd_sql)
+
+    report = commands.add_parser("report", help="write a run's standalone HTML report")
+    report.add_argument("run_id", metavar="RUN_ID")
+    report.add_argument("-o", "--output", help="file to write (default: the warehouse's reports folder)")
+    report.add_argument("--warehouse", help=warehouse_help)
+    report.set_defaults(run=cmd_report)
+
+    demo = commands.add_parser("demo", help="capture a 2-rank gloo DDP run, ingest it with a real A100 trace, write reports")
+    demo.add_argument("--warehouse", help=warehouse_help)
+    demo.add_argument("--landing", help="folder for the captured run (default: $WIRESPEED_LANDING or ./landing)")
+    demo.set_defaults(run=cmd_demo)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (FileNotFoundError, FileExistsError, LookupError, ValueError) as problem:
+        print(f"wirespeed {args.subcommand}: {problem}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Ingest runs from the command line by materialising the Dagster assets in this process.
+
+The CLI runs exactly what the scheduled pipeline runs (the same assets, checks and resources),
+only in-process and on the paths it is given, registered as dynamic partitions first. With
+DAGSTER_HOME set the runs are recorded in that instance and show up in the Dagster UI; without it
+they use a throwaway in-memory instance.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+from tqdm import tqdm
+
+from pipelines import sql
+from pipelines.defs.ingest.assets import analyzed_run, normalized_run
+from pipelines.defs.partitions import runs_partitions
+from pipelines.defs.reports.assets import run_report
+from pipelines.defs.resources import IngestProgress, WarehouseResource
+from pipelines.sources import discover, run_id_for
+from pipelines.warehouse import Warehouse, check_run_id
+
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+@dataclass
+class IngestResult:
+    run_id: str
+    path: Path
+    success: bool
+    error: str | None = None
+    failed_checks: list[str] = field(default_factory=list)
+    exposed_comm_share: float | None = None
+    report: Path | None = None
+
+    def describe(self) -> str:
+        if not self.success:
+            return f"{self.run_id}: FAILED: {self.error}"
+        share = "no communication found" if self.exposed_comm_share is None else f"exposed communication {self.exposed_comm_share:.1%} of step time"
+        checks = f"; checks failed: {', '.join(self.failed_checks)}" if self.failed_checks else ""
+        return f"{self.run_id}: {share}{checks}; report {self.report}"
+
+
+class BarProgress(IngestProgress):
+    """Feeds ingest progress into a tqdm bar."""
+
+    def __init__(self, bar: tqdm):
+        self.bar = bar
+
+    def advance(self, nbytes: int) -> None:
+        self.bar.update(nbytes)
+
+
+def instance() -> dg.DagsterInstance:
+    return dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+
+
+def ingest_paths(paths: list[Path], warehouse_dir: Path, run_id: str | None = None, progress: bool = True) -> list[IngestResult]:
+    """Ingest each path as one run; a failing run does not stop the others."""
+    runs = [(run_id or run_id_for(path), path) for path in paths]
+    for name, path in runs:
+        problem = check_run_id(name)
+        if problem:
+            raise ValueError(f"{path}: run id {name!r} cannot be used: {problem}; pass --run-id")
+    names = [name for name, _ in runs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two paths would get the same run id: {sorted(n for n in names if names.count(n) > 1)}")
+    store = Warehouse(warehouse_dir)
+    store.ensure()
+    dagster = instance()
+    known = set(dagster.get_dynamic_partitions(runs_partitions.name))
+    dagster.add_dynamic_partitions(runs_partitions.name, [n for n in names if n not in known])
+    total = sum(p.stat().st_size for _, path in runs for p in discover(path).trace_files if p.exists())
+    resource = WarehouseResource(root=str(store.root), landing=os.environ.get("WIRESPEED_LANDING", "landing"))
+    results = []
+    with tqdm(total=total, unit="B", unit_scale=True, desc="ingest", disable=not progress) as bar:
+        for name, path in runs:
+            store.register_source(name, path)
+            bar.set_postfix_str(name)
+            outcome = dg.materialize(
+                [normalized_run, analyzed_run, run_report],
+                partition_key=name,
+                instance=dagster,
+                resources={"warehouse": resource, "ingest_progress": BarProgress(bar)},
+                run_config=QUIET_LOGS,
+                raise_on_error=False,
+            )
+            results.append(_result(outcome, name, path, store))
+    return results
+
+
+def _result(outcome: dg.ExecuteInProcessResult, run_id: str, path: Path, store: Warehouse) -> IngestResult:
+    if not outcome.success:
+        failures = outcome.get_step_failure_events()
+        error = failures[0].event_specific_data.error.message.strip() if failures else "the run failed"
+        return IngestResult(run_id, path, False, error.splitlines()[0])
+    failed = [e.check_name for e in outcome.get_asset_check_evaluations() if not e.passed]
+    con = store.connect()
+    try:
+        sql.set_variables(con, run_id=run_id)
+        row = con.sql(sql.report_query("headline")).fetchall()
+        columns = con.sql(sql.report_query("headline")).columns
+    finally:
+        con.close()
+    headline = dict(zip(columns, row[0])) if row else {}
+    share = headline.get("exposed_comm_share") if headline.get("collectives") else None
+    return IngestResult(run_id, path, True, None, failed, share, store.report_path(run_id))

@@ -1,0 +1,68 @@
+"""`wirespeed sql`: run a query against the warehouse and print it as a table, CSV or JSON.
+
+The session is in-memory with a view per table, so it never takes a lock that ingestion needs.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import json
+from pathlib import Path
+from typing import TextIO
+
+import duckdb
+
+from pipelines.warehouse import Warehouse
+
+
+def run_query(warehouse_dir: Path, query: str) -> tuple[list[str], list[tuple]]:
+    store = Warehouse(warehouse_dir)
+    store.ensure()
+    con = store.connect()
+    try:
+        relation = con.sql(query)
+        if relation is None:  # a statement that returns nothing (SET, CREATE TEMP VIEW, ...)
+            return [], []
+        return list(relation.columns), relation.fetchall()
+    except duckdb.Error as problem:
+        raise ValueError(f"the query failed: {problem}") from None
+    finally:
+        con.close()
+
+
+def print_query(warehouse_dir: Path, query: str, output_format: str, out: TextIO) -> None:
+    columns, rows = run_query(warehouse_dir, query)
+    if output_format == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([[_plain(v) for v in row] for row in rows])
+    elif output_format == "json":
+        out.write(json.dumps([dict(zip(columns, map(_plain, row))) for row in rows], indent=2))
+        out.write("\n")
+    else:
+        out.write(_table(columns, rows))
+
+
+def _plain(value):
+    """A value as JSON or CSV can hold it: exact decimals and times become text."""
+    if isinstance(value, (decimal.Decimal, dt.date, dt.datetime, dt.time, dt.timedelta)):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (list, dict)):
+        return json.loads(json.dumps(value, default=str))
+    return value
+
+
+def _table(columns: list[str], rows: list[tuple]) -> str:
+    cells = [["NULL" if v is None else str(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
+
+    lines = [line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,151 @@
+"""A run's report: one standalone HTML file that answers "how much of my step is exposed communication?".
+
+Every number on it comes from one published table, through one query in `sql/report/`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from pathlib import Path
+
+import duckdb
+
+from pipelines import checks, sql
+from pipelines.analysis import open_version
+from pipelines.checks import Verdict
+from pipelines.report import charts
+from pipelines.report.page import Page, paragraph, table, text
+from pipelines.settings import Settings
+from pipelines.warehouse import TABLES, Warehouse
+
+MAX_STRETCHES = 20_000
+
+
+def _rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict]:
+    return con.sql(sql.report_query(name)).pl().to_dicts()
+
+
+def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict]) -> str:
+    """The report's HTML, from a session whose views hold the run's published tables."""
+    sql.set_variables(con, run_id=run_id, max_stretches=MAX_STRETCHES)
+    headline = _rows(con, "headline")
+    if not headline:
+        raise LookupError(f"run {run_id!r} has no published tables")
+    run = headline[0]
+    page = Page(f"wirespeed report: {run_id}")
+    page.add("Is communication exposed?", _summary(run, verdicts))
+    page.add("Checks", _checks(verdicts))
+
+    states = con.sql(sql.report_query("step_states")).pl()
+    if states.height:
+        page.add("Step breakdown", page.chart(charts.step_breakdown_chart(states)))
+        step = _rows(con, "representative_step")[0]["step"]
+        sql.set_variables(con, step=step)
+        stretches = con.sql(sql.report_query("step_stretches")).pl()
+        note = ""
+        if stretches.height >= MAX_STRETCHES:
+            note = paragraph(f"Only the {MAX_STRETCHES} longest stretches are drawn.")
+        page.add("Timeline of a typical step", page.chart(charts.step_timeline_chart(stretches, step)) + note)
+    else:
+        page.add(
+            "Step breakdown",
+            paragraph(
+                "The traces have no ProfilerStep annotations, so there are no per-step figures; "
+                "the per-rank figures below cover each whole trace."
+            ),
+        )
+    page.add(
+        "Per rank",
+        table(
+            _rows(con, "rank_summary"),
+            {"median_step_ms": ".3f", "exposed_comm_share": ".1%", "overlap_pct": ".1f", "idle_share": ".1%"},
+        ),
+    )
+    page.add(
+        "Collectives",
+        table(_rows(con, "collective_mix"), {"total_mb": ".3f", "median_mb": ".3f", "median_us": ".1f"}),
+    )
+    page.add("What ingestion skipped or doubted", table(_rows(con, "issues")))
+    page.add("How to read this", _reading_notes())
+    return page.render()
+
+
+def _summary(run: dict, verdicts: list[Verdict]) -> str:
+    no_comm = any(v.name == "communication_found" and not v.outcome.passed for v in verdicts)
+    share = run["exposed_comm_share"]
+    if no_comm and not run["collectives"]:
+        lead = (
+            "No communication was found in this run's traces, so no exposure can be measured. "
+            "If the run does communicate (through custom kernels, say), add their names to "
+            "[communication] patterns in wirespeed.toml and re-run the analysis."
+        )
+    elif share is None:
+        lead = "The traces have no measurable activity."
+    else:
+        basis = f"over {run['steps']} steps" if run["basis"] == "steps" else "over the whole traces"
+        lead = f"Exposed communication takes {share:.1%} of step time ({basis}, all ranks together)."
+        if run["overlap_pct"] is not None:
+            lead += f" {run['overlap_pct']:.1f}% of communication time was hidden under compute."
+    facts = [
+        ("run", run["run_id"]),
+        ("source", f"{run['source_kind']}: {run['source_path']}"),
+        ("job", run["job"]),
+        ("world size", f"{run['world_size']} ({run['world_size_source']})"),
+        ("ranks with a trace", run["ranks_found"]),
+        ("backend", run["backend"]),
+        ("hosts", run["hosts"]),
+        ("link line rate", f"{run['link_gbps']:g} Gbit/s ({run['link_source']})" if run["link_gbps"] else "unknown"),
+        ("device", run["device_model"]),
+        ("PyTorch / NCCL / CUDA", " / ".join(str(v or "?") for v in (run["torch_version"], run["nccl_version"], run["cuda_version"]))),
+        ("median step", f"{run['median_step_ns'] / 1e6:.3f} ms" if run["median_step_ns"] else "no steps"),
+        ("ingested", dt.datetime.fromtimestamp(run["ingested_at_ns"] / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")),
+    ]
+    rows = "".join(f"<tr><th>{text(k)}</th><td>{text(v)}</td></tr>" for k, v in facts)
+    return f"<p class='headline'>{text(lead)}</p><table>{rows}</table>"
+
+
+def _checks(verdicts: list[Verdict]) -> str:
+    rows = "".join(
+        f"<tr><td>{text(v.name)}</td><td class='{'pass' if v.outcome.passed else 'fail'}'>"
+        f"{'passed' if v.outcome.passed else 'failed'}</td><td>{text(v.outcome.summary)}</td></tr>"
+        for v in verdicts
+    )
+    return f"<table><thead><tr><th>check</th><th>result</th><th>what it found</th></tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _reading_notes() -> str:
+    notes = [
+        "Each step is measured on the device timeline (kernels, copies, fills) when the trace has one, else on the CPU "
+        "timeline (gloo runs). Compute, communication and other are unions of intervals; communication that runs while "
+        "compute runs is overlapped, communication alone is exposed and makes the step longer.",
+        "step = compute + exposed communication + other + idle, exactly, on every rank and step.",
+        "Tables behind this page: runs, step_breakdown, step_timeline, steps, rank_breakdown, collectives, "
+        "parse_issues. Query them with `wirespeed sql`.",
+    ]
+    return "".join(paragraph(n) for n in notes)
+
+
+def write(html: str, target: Path) -> None:
+    """Write the report atomically: readers see the old file or the new one, never half of one."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    temporary.write_text(html, encoding="utf-8")
+    os.replace(temporary, target)
+
+
+def report_run(store: Warehouse, settings: Settings, run_id: str, target: Path | None = None) -> Path:
+    """Render the published version of a run and write it (by default into the warehouse)."""
+    version = store.published(run_id)
+    if version is None:
+        raise LookupError(f"run {run_id!r} is not in the warehouse {store.root}")
+    con = open_version(version, settings, run_id, TABLES)
+    try:
+        verdicts = [checks.judge(check, con) for check in checks.PARSE_CHECKS + checks.ANALYSIS_CHECKS]
+        html = render(con, run_id, verdicts)
+    finally:
+        con.close()
+    target = target or store.report_path(run_id)
+    write(html, target)
+    return target

@@ -1,0 +1,80 @@
+"""Altair charts of a run, each drawn from an already aggregated table (never raw events)."""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+# One colour per state, the same in every chart: warm colours for communication, so exposed
+# communication (the thing to shrink) stands out.
+STATES = ["compute", "overlapped communication", "exposed communication", "other (copies, fills)", "idle"]
+COLOURS = ["#4c78a8", "#f2b701", "#e45756", "#72b7b2", "#d9d9d9"]
+_SCALE = alt.Scale(domain=STATES, range=COLOURS)
+
+# Facet at most this many ranks side by side; beyond it ranks become rows of one chart.
+MAX_FACETED_RANKS = 16
+
+
+def step_breakdown_chart(states: pl.DataFrame) -> alt.Chart:
+    """Stacked bars: for each rank and step, milliseconds of compute, communication, other, idle."""
+    order = alt.Order("state_order:Q")
+    data = states.with_columns(
+        pl.col("state").replace_strict({s: i for i, s in enumerate(STATES)}, return_dtype=pl.Int32).alias("state_order")
+    )
+    ranks = data["rank"].n_unique()
+    tooltip = [
+        alt.Tooltip("rank:O"),
+        alt.Tooltip("step:O"),
+        alt.Tooltip("state:N"),
+        alt.Tooltip("ms:Q", format=".3f", title="ms"),
+    ]
+    if ranks <= MAX_FACETED_RANKS:
+        bars = (
+            alt.Chart(data)
+            .mark_bar()
+            .encode(
+                x=alt.X("step:O", title="step"),
+                y=alt.Y("ms:Q", title="milliseconds", stack="zero"),
+                color=alt.Color("state:N", scale=_SCALE, title=None),
+                order=order,
+                tooltip=tooltip,
+            )
+            .properties(width=max(120, 24 * data["step"].n_unique()), height=180)
+        )
+        return bars.facet(facet=alt.Facet("rank:O", title="rank"), columns=4).properties(
+            title="Where each step's time went, per rank"
+        )
+    return (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            y=alt.Y("rank:O", title="rank"),
+            x=alt.X("sum(ms):Q", title="milliseconds over all steps", stack="zero"),
+            color=alt.Color("state:N", scale=_SCALE, title=None),
+            order=order,
+            tooltip=tooltip,
+        )
+        .properties(width=640, height=max(120, 10 * ranks), title="Where the steps' time went, per rank")
+    )
+
+
+def step_timeline_chart(stretches: pl.DataFrame, step: int) -> alt.Chart:
+    """A Gantt of one step on every rank: when compute ran and when communication was exposed."""
+    ranks = stretches["rank"].n_unique()
+    return (
+        alt.Chart(stretches)
+        .mark_bar(height={"band": 0.8})
+        .encode(
+            y=alt.Y("rank:O", title="rank"),
+            x=alt.X("start_ms:Q", title=f"ms since the start of step {step} on that rank"),
+            x2="end_ms:Q",
+            color=alt.Color("state:N", scale=_SCALE, title=None),
+            tooltip=[
+                alt.Tooltip("rank:O"),
+                alt.Tooltip("state:N"),
+                alt.Tooltip("start_ms:Q", format=".3f"),
+                alt.Tooltip("dur_us:Q", format=".1f", title="duration (us)"),
+            ],
+        )
+        .properties(width=760, height=max(80, 28 * ranks), title=f"Timeline of step {step} (a typical step), idle left blank")
+    )

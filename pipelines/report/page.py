@@ -1,0 +1,109 @@
+"""Assemble a standalone HTML page: text, tables and Altair charts, with Vega inlined once.
+
+Everything that comes from a trace (kernel names, host names, file paths, run ids) is escaped
+before it reaches the page: HTML-escaped in markup, and JSON inside scripts has `<` escaped so
+no string can close the script element. The page loads nothing from the network.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from functools import cache
+
+import altair as alt
+import vl_convert
+
+
+@cache
+def vega_bundle() -> str:
+    """Vega, Vega-Lite and vega-embed as one script that defines `window.vegaEmbed`."""
+    return vl_convert.javascript_bundle()
+
+
+def script_json(value) -> str:
+    """JSON safe to place inside a <script> element."""
+    text = json.dumps(value, allow_nan=False, default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+@dataclass
+class Section:
+    title: str
+    body: str  # already-safe HTML
+
+
+def text(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def paragraph(message: str) -> str:
+    return f"<p>{text(message)}</p>"
+
+
+def table(rows: list[dict], formats: dict[str, str] | None = None) -> str:
+    """An HTML table of rows (dicts), every cell escaped; numbers formatted by `formats`."""
+    if not rows:
+        return "<p class='muted'>None.</p>"
+    formats = formats or {}
+    columns = list(rows[0])
+    head = "".join(f"<th>{text(c)}</th>" for c in columns)
+    body = []
+    for row in rows:
+        cells = []
+        for column in columns:
+            value = row[column]
+            if value is not None and column in formats:
+                value = format(value, formats[column])
+            cells.append(f"<td>{text(value)}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+class Page:
+    def __init__(self, title: str):
+        self.title = title
+        self.sections: list[Section] = []
+        self.charts: list[tuple[str, dict]] = []
+
+    def add(self, title: str, body: str) -> None:
+        self.sections.append(Section(title, body))
+
+    def chart(self, chart: alt.TopLevelMixin) -> str:
+        """Place a chart; returns the HTML element it renders into."""
+        element = f"chart-{len(self.charts)}"
+        self.charts.append((element, chart.to_dict()))
+        return f"<div class='chart' id='{element}'></div>"
+
+    def render(self) -> str:
+        sections = "\n".join(f"<section><h2>{text(s.title)}</h2>\n{s.body}\n</section>" for s in self.sections)
+        embeds = "\n".join(
+            f"vegaEmbed({script_json('#' + element)}, {script_json(spec)}, "
+            "{mode: 'vega-lite', actions: false, renderer: 'svg'}).catch(console.error);"
+            for element, spec in self.charts
+        )
+        return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:">
+<title>{text(self.title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }}
+h1 {{ font-size: 1.6em; }} h2 {{ font-size: 1.25em; border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }}
+table {{ border-collapse: collapse; font-size: .9em; }} td, th {{ border: 1px solid #ddd; padding: .25em .6em; text-align: left; }}
+th {{ background: #f5f5f5; }} .muted {{ color: #777; }} .headline {{ font-size: 1.15em; }}
+.pass {{ color: #2a7; }} .fail {{ color: #c33; }} .chart {{ margin: 1em 0; }}
+</style>
+<script>{vega_bundle()}</script>
+</head>
+<body>
+<h1>{text(self.title)}</h1>
+{sections}
+<script>
+{embeds}
+</script>
+</body>
+</html>
+"""

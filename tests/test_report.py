@@ -1,0 +1,103 @@
+"""Reports: standalone, offline, rendered by a real browser, and safe against what traces contain."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import TRACES, ingest_directly
+from pipelines.report import report_run
+from pipelines.settings import Settings
+from pipelines.warehouse import Warehouse
+
+BROWSER_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=15000",
+]
+
+
+def browser_dom(page, profile) -> str:
+    """The page's DOM after its scripts ran, in headless Chromium with no network."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        if os.environ.get("WIRESPEED_REQUIRE_BROWSER"):
+            pytest.fail("chromium is required here (WIRESPEED_REQUIRE_BROWSER is set) but not installed")
+        pytest.skip("chromium is not installed")
+    result = subprocess.run(
+        [chromium, *BROWSER_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def nccl_report(tmp_path_factory):
+    store = Warehouse(tmp_path_factory.mktemp("report") / "warehouse")
+    store.ensure()
+    ingest_directly(store, TRACES / "hta_ddp_nccl_meta_2024" / "nccl_data.json.gz")
+    return report_run(store, Settings(), "nccl_data")
+
+
+def test_report_loads_nothing_from_the_network(nccl_report):
+    html = nccl_report.read_text()
+    scripts = re.findall(r"<script\b([^>]*)>", html)
+    assert scripts and all("src" not in attributes for attributes in scripts)
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html)
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html
+
+
+def test_report_renders_offline_in_a_browser(nccl_report, tmp_path):
+    dom = browser_dom(nccl_report, tmp_path / "profile")
+    charts = re.findall(r'<div class="chart[^"]*" id="chart-\d+"[^>]*>(.*?)</div>\s*</section>', dom, re.S)
+    assert len(charts) == 2
+    assert all("<svg" in chart and "<path" in chart for chart in charts)
+    assert "Exposed communication takes" in dom
+
+
+def test_trace_text_is_escaped(tmp_path):
+    """Names from a trace cannot run script in the report (checked in a real browser)."""
+    attack = "<script>document.title='pwned'</script><img src=x onerror=\"document.body.dataset.pwned=1\">"
+    trace = {
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": 0, "world_size": 1, "backend": "gloo"},
+        "host_name": attack,
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 1.7e15, "dur": 1000},
+            {"ph": "X", "cat": "cpu_op", "name": attack, "pid": 1, "tid": 1, "ts": 1.7e15 + 10, "dur": 500},
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 1.7e15 + 100, "dur": 600},
+            {"ph": "X", "cat": "cpu_op", "name": attack, "pid": 1, "tid": 1, "ts": "not a time", "dur": 5},
+        ],
+    }
+    folder = tmp_path / "attack"
+    folder.mkdir()
+    (folder / "rank0.json").write_text(json.dumps(trace))
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    run_id = ingest_directly(store, folder, "<b>run</b>")
+    page = report_run(store, Settings(), run_id)
+    html = page.read_text()
+    assert attack not in html and "&lt;script&gt;" in html and "&lt;b&gt;run&lt;/b&gt;" in html
+    dom = browser_dom(page, tmp_path / "profile")
+    # Had the markup been injected, the browser would have run it: the title would read "pwned",
+    # the body would carry data-pwned, and an <img> element would sit in the page.
+    markup = re.sub(r"<script\b.*?</script>", "", dom, flags=re.S)  # our own scripts (Vega) aside
+    assert "<title>wirespeed report: &lt;b&gt;run&lt;/b&gt;</title>" in markup
+    assert "data-pwned" not in markup and "<img" not in markup and "<b>run</b>" not in markup
+    assert "&lt;script&gt;document.title" in markup  # shown as text, in the issues table
+
+
+def test_report_says_when_no_communication_was_found(tmp_path):
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    run_id = ingest_directly(store, TRACES / "hta_single_rank_of_multirank" / "ns_resolution_rank0_of1.pt.trace.json.gz")
+    html = report_run(store, Settings(), run_id).read_text()
+    markup = re.sub(r"<script\b.*?</script>", "", html, flags=re.S)
+    assert "No communication was found in this run" in markup and "NaN" not in markup
+    assert "communication_found</td><td class='fail'>failed" in html
