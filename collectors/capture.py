@@ -63,7 +63,7 @@ class Capture:
 
     # --- the profiler, guarded ---------------------------------------------------------------
 
-    def __enter__(self) -> "Capture":
+    def __enter__(self) -> Capture:
         self.rank, self.world_size = _rank_and_world()
         (self.run_dir / rundir.TRACES).mkdir(parents=True, exist_ok=True)
         activities = [torch.profiler.ProfilerActivity.CPU]

@@ -29,7 +29,7 @@ NCCL_ENV = {
 
 
 def new_run_id() -> str:
-    return f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
 
 
 def collect(

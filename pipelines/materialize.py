@@ -105,6 +105,6 @@ def _result(outcome: dg.ExecuteInProcessResult, run_id: str, path: Path, store: 
         columns = con.sql(sql.report_query("headline")).columns
     finally:
         con.close()
-    headline = dict(zip(columns, row[0])) if row else {}
+    headline = dict(zip(columns, row[0], strict=True)) if row else {}
     share = headline.get("exposed_comm_share") if headline.get("collectives") else None
     return IngestResult(run_id, path, True, None, failed, share, store.report_path(run_id))

@@ -39,7 +39,7 @@ def print_query(warehouse_dir: Path, query: str, output_format: str, out: TextIO
         writer.writerow(columns)
         writer.writerows([[_plain(v) for v in row] for row in rows])
     elif output_format == "json":
-        out.write(json.dumps([dict(zip(columns, map(_plain, row))) for row in rows], indent=2))
+        out.write(json.dumps([dict(zip(columns, map(_plain, row), strict=True)) for row in rows], indent=2))
         out.write("\n")
     else:
         out.write(_table(columns, rows))
@@ -61,7 +61,7 @@ def _table(columns: list[str], rows: list[tuple]) -> str:
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
 
     def line(values: list[str]) -> str:
-        return "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
+        return "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
 
     lines = [line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
     lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")

@@ -28,7 +28,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 from urllib.parse import quote, unquote
 
 import duckdb

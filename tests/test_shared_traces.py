@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
+import orjson
 import pytest
 
-from conftest import REFERENCE, TRACES, shared_trace_files
+from conftest import REFERENCE, TRACES, ingest_directly, shared_trace_files
+from pipelines.settings import load
 from pipelines.sources import run_id_for
+from pipelines.warehouse import Warehouse
 
 
 def query(store, sql_text: str, **variables):
@@ -191,12 +195,8 @@ COLLECTIVE_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "Group 
                    "Process Group Name", "Process Group Description", "Process Group Ranks")
 
 
-def rewritten_nccl_data(tmp_path, rewrite) -> "Path":
+def rewritten_nccl_data(tmp_path, rewrite):
     """nccl_data.json.gz with each event passed through `rewrite`, written as a new trace."""
-    import gzip
-
-    import orjson
-
     trace = orjson.loads(gzip.decompress((TRACES / "hta_ddp_nccl_meta_2024" / "nccl_data.json.gz").read_bytes()))
     trace["traceEvents"] = [rewrite(event) for event in trace["traceEvents"]]
     path = tmp_path / "rewritten.json"
@@ -206,8 +206,6 @@ def rewritten_nccl_data(tmp_path, rewrite) -> "Path":
 
 def test_metadata_found_only_on_record_param_comms(tmp_path):
     """Traces before PyTorch 2.4 carry collective metadata on the CPU op only; join it by External id."""
-    from conftest import ingest_directly
-    from pipelines.warehouse import Warehouse
 
     def strip_kernel_metadata(event):
         if event.get("cat") == "kernel":
@@ -227,9 +225,6 @@ def test_metadata_found_only_on_record_param_comms(tmp_path):
 
 
 def test_user_patterns_find_custom_communication_kernels(tmp_path):
-    from conftest import ingest_directly
-    from pipelines.warehouse import Warehouse
-
     def disguise(event):
         if event.get("cat") == "kernel" and event["name"].startswith("nccl"):
             event["name"] = "my_custom_allreduce_kernel"
@@ -245,8 +240,6 @@ def test_user_patterns_find_custom_communication_kernels(tmp_path):
     configured = Warehouse(tmp_path / "configured")
     configured.ensure()
     (configured.root / "wirespeed.toml").write_text('[communication]\npatterns = ["^my_custom_allreduce"]\n')
-    from pipelines.settings import load
-
     assert "^my_custom_allreduce" in load(configured.root).comm_patterns
     ingest_directly(configured, trace, "custom", settings=load(configured.root))
     comm_ms, collectives = query(configured, "SELECT comm_ns / 1e6, collectives FROM rank_breakdown")[0]

@@ -17,12 +17,13 @@ import decimal
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
+from collections.abc import Iterator
 
 import orjson
 
 from pipelines.issues import ParseIssue
-from pipelines.kineto.splitter import DEFAULT_CHUNK_BYTES, READ_BYTES, NotATrace, _Reader, open_trace
+from pipelines.kineto.splitter import DEFAULT_CHUNK_BYTES, NotATrace, _Reader, open_trace
 
 # A value still incomplete after this many characters is not going to complete.
 MAX_VALUE_CHARS = 64 << 20

@@ -123,7 +123,7 @@ class GzipStream:
     def close(self) -> None:
         self.raw.close()
 
-    def __enter__(self) -> "GzipStream":
+    def __enter__(self) -> GzipStream:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -231,7 +231,7 @@ def _find_trace_events_key(buf: bytes) -> tuple[int, int] | None:
     return None
 
 
-def _copy_events(reader: _Reader, writer: "_ChunkWriter") -> tuple[bytes | None, bytes, int]:
+def _copy_events(reader: _Reader, writer: _ChunkWriter) -> tuple[bytes | None, bytes, int]:
     """Copy whole events to the writer; return the separator, the unconsumed rest and its offset."""
     separator: bytes | None = None
     carry = reader.read()

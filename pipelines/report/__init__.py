@@ -100,7 +100,7 @@ def _summary(run: dict, verdicts: list[Verdict]) -> str:
         ("device", run["device_model"]),
         ("PyTorch / NCCL / CUDA", " / ".join(str(v or "?") for v in (run["torch_version"], run["nccl_version"], run["cuda_version"]))),
         ("median step", f"{run['median_step_ns'] / 1e6:.3f} ms" if run["median_step_ns"] else "no steps"),
-        ("ingested", dt.datetime.fromtimestamp(run["ingested_at_ns"] / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")),
+        ("ingested", dt.datetime.fromtimestamp(run["ingested_at_ns"] / 1e9, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")),
     ]
     rows = "".join(f"<tr><th>{text(k)}</th><td>{text(v)}</td></tr>" for k, v in facts)
     return f"<p class='headline'>{text(lead)}</p><table>{rows}</table>"
