@@ -7,9 +7,10 @@
             train_step(batch)
             capture.step()
 
-Run under `wirespeed collect`, the run folder comes from the environment; otherwise pass
-`run_dir`. Profiling must never break training: if the profiler fails to start, step or export,
-the failure is written to the rank's file (and so to the manifest) and training goes on.
+Run under `wirespeed collect`, the run folder comes from the environment and the launcher samples
+the host's counters; otherwise pass `run_dir`, and local rank 0 of each host samples them. Profiling
+must never break training: if the profiler or the sampler fails, the failure is written to the
+rank's file (and so to the manifest) and training goes on.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from collectors import host, manifest, rundir
+from collectors.sampler import Sampler
 
 
 class Capture:
@@ -39,6 +41,7 @@ class Capture:
         with_stack: bool = False,
         compress: bool = False,
         link_gbps: float | None = None,
+        sample_interval_s: float = 0.1,
         tags: dict[str, str] | None = None,
         run_id: str | None = None,
     ):
@@ -53,6 +56,9 @@ class Capture:
         self.with_stack = with_stack
         self.suffix = ".pt.trace.json.gz" if compress else ".pt.trace.json"
         self.link_gbps = link_gbps
+        self.sample_interval_s = sample_interval_s
+        self.sampler: Sampler | None = None
+        self.sampling: dict | None = None
         self.tags = dict(tags or {})
         self.failures: list[dict] = []
         self.traces: list[str] = []
@@ -66,6 +72,13 @@ class Capture:
     def __enter__(self) -> Capture:
         self.rank, self.world_size = _rank_and_world()
         (self.run_dir / rundir.TRACES).mkdir(parents=True, exist_ok=True)
+        launched = os.environ.get(rundir.ENV_LAUNCHER) == "1"
+        if not launched and int(os.environ.get("LOCAL_RANK", self.rank)) == 0 and self.sample_interval_s > 0:
+            try:
+                self.sampler = Sampler(self.run_dir, self.sample_interval_s)
+                self.sampler.start()
+            except Exception as failure:
+                self._fail("sampler", failure)
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -97,6 +110,8 @@ class Capture:
                 self.profiler.__exit__(None, None, None)
             except Exception as failure:
                 self._fail("stop", failure)
+        if self.sampler is not None:
+            self.sampling = self.sampler.stop()
         self._describe_rank()
         if os.environ.get(rundir.ENV_LAUNCHER) != "1":
             self._finish_without_launcher()
@@ -123,7 +138,8 @@ class Capture:
 
     def _describe_rank(self) -> None:
         backend = dist.get_backend() if dist.is_available() and dist.is_initialized() else None
-        link, source = host.link_rate(self.link_gbps, backend)
+        link, source, interface = host.link_rate(self.link_gbps, backend)
+        intra_link, intra_source = host.intra_link_rate()
         cuda = torch.cuda.is_available()
         description = {
             "rank": self.rank,
@@ -138,6 +154,10 @@ class Capture:
             "device_model": torch.cuda.get_device_name() if cuda else host.cpu_model(),
             "link_gbps": link,
             "link_source": source,
+            "link_interface": interface,
+            "intra_link_gbps": intra_link,
+            "intra_link_source": intra_source,
+            "sampling": self.sampling,
             "tags": self.tags,
             "traces": self.traces,
             "failures": self.failures,

@@ -32,26 +32,37 @@ def cpu_model() -> str | None:
     return None
 
 
-def link_rate(override_gbps: float | None = None, backend: str | None = None) -> tuple[float | None, str | None]:
-    """(Gbit/s, source) of the host's link to the other hosts; (None, None) when unknown."""
+def link_rate(override_gbps: float | None = None, backend: str | None = None) -> tuple[float | None, str | None, str | None]:
+    """(Gbit/s, source, interface) of the host's link to the other hosts.
+
+    The interface is named as the sampler names it (`eth0`, `ib:mlx5_0/1`), so that its counters
+    can be compared with the rate. Rate and source are None when unknown.
+    """
     if override_gbps is None and os.environ.get("WIRESPEED_LINK_GBPS"):
         override_gbps = float(os.environ["WIRESPEED_LINK_GBPS"])
     if override_gbps is not None:
-        return float(override_gbps), "override"
+        return float(override_gbps), "override", job_interface()
     if backend != "gloo":
-        rate = infiniband_rate()
-        if rate is not None:
-            return rate
+        port = infiniband_rate()
+        if port is not None:
+            gbps, device_port = port
+            return gbps, f"infiniband:{device_port}", f"ib:{device_port}"
     interface = job_interface()
     if interface is not None:
         speed = ethernet_speed_gbps(interface)
         if speed is not None:
-            return speed, f"sysfs:{interface}"
-    return None, None
+            return speed, f"sysfs:{interface}", interface
+    return None, None, interface
+
+
+def intra_link_rate() -> tuple[float | None, str | None]:
+    """The rate of links between ranks of one host (NVLink, shared memory): only as given."""
+    value = os.environ.get("WIRESPEED_INTRA_LINK_GBPS")
+    return (float(value), "override") if value else (None, None)
 
 
 def infiniband_rate() -> tuple[float, str] | None:
-    """The fastest active InfiniBand/RoCE port, as NCCL would use it."""
+    """(Gbit/s, "<device>/<port>") of the fastest active InfiniBand/RoCE port, as NCCL would use it."""
     best: tuple[float, str] | None = None
     if not SYS_IB.is_dir():
         return None
@@ -66,7 +77,7 @@ def infiniband_rate() -> tuple[float, str] | None:
             continue
         gbps = float(match.group(1))
         if best is None or gbps > best[0]:
-            best = (gbps, f"infiniband:{port.parent.parent.name}/{port.name}")
+            best = (gbps, f"{port.parent.parent.name}/{port.name}")
     return best
 
 

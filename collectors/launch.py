@@ -1,9 +1,10 @@
 """`wirespeed collect`: run a training command so that it leaves a complete run folder behind.
 
 It creates the run folder, sets up NCCL's debug logging into it (one file per process, with
-timestamps where NCCL supports them), tells the training processes where the folder is, runs the
-command, and once the command has exited (every rank has finished) writes the manifest and the
-`_DONE` marker, whatever the command's exit status: a failed run is still worth analysing.
+timestamps where NCCL supports them), tells the training processes where the folder is, samples the
+host's network and CPU counters while the command runs, and once the command has exited (every rank
+has finished) writes the manifest and the `_DONE` marker, whatever the command's exit status: a
+failed run is still worth analysing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import uuid
 from pathlib import Path
 
 from collectors import host, manifest, rundir
+from collectors.sampler import Sampler
 
 # NCCL's INIT lines give communicators, ranks, devices and transports; COLL lines give every
 # collective call. Timestamps exist from NCCL 2.26 (older versions ignore these variables).
@@ -38,6 +40,8 @@ def collect(
     run_id: str | None = None,
     link_gbps: float | None = None,
     tags: dict[str, str] | None = None,
+    intra_link_gbps: float | None = None,
+    sample_interval_ms: float = 100,
 ) -> tuple[Path, int]:
     """Run `command` with the run folder set up; return the folder and the command's exit code."""
     if not command:
@@ -59,14 +63,23 @@ def collect(
     environment[rundir.ENV_LAUNCHER] = "1"
     if link_gbps is not None:
         environment[rundir.ENV_LINK_GBPS] = str(link_gbps)
+    if intra_link_gbps is not None:
+        environment[rundir.ENV_INTRA_LINK_GBPS] = str(intra_link_gbps)
+    sampler = Sampler(run_dir, sample_interval_ms / 1000) if sample_interval_ms > 0 else None
+    if sampler:
+        sampler.start()
     started = time.time_ns()
-    exit_code = _run(command, environment)
+    try:
+        exit_code = _run(command, environment)
+    finally:
+        sampling = [sampler.stop() | {"host": host.hostname()}] if sampler else []
     launch = {
         "command": command,
         "launcher_host": host.hostname(),
         "started_ns": started,
         "ended_ns": time.time_ns(),
         "exit_code": exit_code,
+        "sampling": sampling,
     }
     manifest.finish(run_dir, run_id, tags, launch)
     return run_dir, exit_code

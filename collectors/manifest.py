@@ -34,9 +34,13 @@ def build(run_dir: Path, run_id: str, tags: dict | None = None, launch: dict | N
         "device_model": first.get("device_model"),
         "link_gbps": slowest["link_gbps"] if slowest else None,
         "link_source": slowest.get("link_source") if slowest else None,
+        "link_interface": (slowest or first).get("link_interface"),
+        "intra_link_gbps": first.get("intra_link_gbps"),
+        "intra_link_source": first.get("intra_link_source"),
+        "sampling": [r["sampling"] | {"host": r.get("host")} for r in ranks if r.get("sampling")],
         "tags": merged_tags,
         "ranks": [
-            {k: r.get(k) for k in ("rank", "local_rank", "host", "pid", "device_model", "link_gbps", "link_source", "traces")}
+            {k: r.get(k) for k in ("rank", "local_rank", "host", "pid", "device_model", "link_gbps", "link_source", "link_interface", "traces")}
             for r in sorted(ranks, key=lambda r: r.get("rank", 0))
         ],
         "failures": [f | {"rank": r.get("rank")} for r in ranks for f in r.get("failures", [])],

@@ -4,6 +4,7 @@
         traces/rank<R>.pt.trace.json      one profiler trace per rank (per cycle: rank<R>.cycle<K>...)
         ranks/rank<R>.json               what each rank knows about itself (host, device, link, failures)
         nccl/nccl.<host>.<pid>.log        NCCL debug log, one per process
+        samples/{net,cpu}.<host>.csv      network and CPU counters, sampled on one process per host
         manifest.json                    the run as a whole, written once every rank has finished
         _DONE                            written last; the pipeline ingests nothing before it
 """
@@ -26,6 +27,7 @@ ENV_RUN_DIR = "WIRESPEED_RUN_DIR"
 ENV_RUN_ID = "WIRESPEED_RUN_ID"
 ENV_LAUNCHER = "WIRESPEED_LAUNCHER"
 ENV_LINK_GBPS = "WIRESPEED_LINK_GBPS"
+ENV_INTRA_LINK_GBPS = "WIRESPEED_INTRA_LINK_GBPS"
 
 
 def write_json_atomically(path: Path, data: dict) -> None:

@@ -23,7 +23,20 @@ from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
 # Where DuckDB spills joins and sorts that outgrow memory.
 SPILL_DIR = str(Path(tempfile.gettempdir()) / "wirespeed-duckdb-spill")
 
-BUILD_ORDER = ("_activity", "steps", "_segments", "collectives", "step_timeline", "step_breakdown", "rank_breakdown")
+BUILD_ORDER = (
+    "_activity",
+    "steps",
+    "_segments",
+    "collectives",
+    "step_timeline",
+    "step_breakdown",
+    "rank_breakdown",
+    "collective_sync",
+    "collective_bw",
+    "step_sync",
+    "net_utilization",
+    "network_summary",
+)
 
 
 @dataclass

@@ -47,7 +47,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
     tags = _tags(args.tag)
     if args.job:
         tags["job"] = args.job
-    run_dir, exit_code = collect(_landing_dir(args.landing), command, args.run_id, args.link_gbps, tags)
+    run_dir, exit_code = collect(
+        _landing_dir(args.landing), command, args.run_id, args.link_gbps, tags, args.intra_link_gbps, args.sample_interval_ms
+    )
     print(f"run folder: {run_dir} (command exited with {exit_code})")
     return exit_code
 
@@ -57,7 +59,16 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     if args.run_id and len(args.paths) != 1:
         raise SystemExit("--run-id names one run: give exactly one PATH with it")
-    results = ingest_paths([Path(p) for p in args.paths], _warehouse_dir(args.warehouse), args.run_id, progress=not args.quiet)
+    overrides = {
+        name: value
+        for name, value in (
+            ("link_gbps", args.link_gbps), ("intra_link_gbps", args.intra_link_gbps), ("link_interface", args.link_interface)
+        )
+        if value is not None
+    }
+    results = ingest_paths(
+        [Path(p) for p in args.paths], _warehouse_dir(args.warehouse), args.run_id, progress=not args.quiet, overrides=overrides
+    )
     failed = [r for r in results if not r.success]
     for result in results:
         print(result.describe())
@@ -97,6 +108,10 @@ def parser() -> argparse.ArgumentParser:
     collect.add_argument("--landing", help="folder that receives run folders (default: $WIRESPEED_LANDING or ./landing)")
     collect.add_argument("--run-id", help="name of the run folder (default: a UTC timestamp and a random suffix)")
     collect.add_argument("--link-gbps", type=float, help="network line rate per host in Gbit/s, overriding what the OS says")
+    collect.add_argument("--intra-link-gbps", type=float, help="line rate between ranks of one host (NVLink, ...), Gbit/s")
+    collect.add_argument(
+        "--sample-interval-ms", type=float, default=100, help="network and CPU counter sampling interval; 0 turns it off"
+    )
     collect.add_argument("--job", help="job tag, to group runs of one job (same as --tag job=NAME)")
     collect.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag for the manifest (repeatable)")
     collect.add_argument("command", nargs=argparse.REMAINDER, help="-- then the training command")
@@ -107,6 +122,9 @@ def parser() -> argparse.ArgumentParser:
     ingest.add_argument("paths", nargs="+", metavar="PATH")
     ingest.add_argument("--warehouse", help=warehouse_help)
     ingest.add_argument("--run-id", help="run id for a single PATH (default: manifest, folder or file name)")
+    ingest.add_argument("--link-gbps", type=float, help="line rate of the hosts' network link, Gbit/s (overrides the manifest)")
+    ingest.add_argument("--intra-link-gbps", type=float, help="line rate between ranks of one host, Gbit/s")
+    ingest.add_argument("--link-interface", help="interface (as sampled) that the link rate applies to, e.g. eth0")
     ingest.add_argument("--quiet", action="store_true", help="no progress bar")
     ingest.set_defaults(run=cmd_ingest)
 

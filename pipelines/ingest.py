@@ -2,8 +2,9 @@
 
 Per trace file: read it (fast cut or exact decode), normalise its events into a Parquet part of
 `trace_events`, then record what was learnt about it in `ranks`. A file that cannot be read at all
-becomes a row of `parse_issues` and the run goes on without it. The tables of the run as a whole
-(`runs`, `process_groups`, `parse_issues`) are written last.
+becomes a row of `parse_issues` and the run goes on without it. Counter samples become
+`net_samples` and `cpu_samples`. The tables of the run as a whole (`runs`, `process_groups`,
+`parse_issues`) are written last.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def parse_run(
             if progress:
                 progress(path.stat().st_size)
         normalize.cleanup(work_root)
+        for table, files in (("net_samples", source.net_sample_files), ("cpu_samples", source.cpu_sample_files)):
+            _write_samples(con, table, files, warehouse.table_dir(version, table), source.run_id, issues)
         kept = _drop_duplicate_ranks(parsed, issues)
         rank_rows = [p.row for p in kept]
         _write_rows(con, "ranks", rank_rows, warehouse.table_dir(version, "ranks"))
@@ -144,6 +147,26 @@ def _parse_file(
     return ParsedFile(row, part), trace.meta
 
 
+def _write_samples(
+    con: duckdb.DuckDBPyConnection, name: str, files: list[Path], folder: Path, run_id: str, issues: list[ParseIssue]
+) -> None:
+    """Load counter CSVs; a line that does not parse becomes a parse issue, the rest is kept."""
+    table = sql.table(name)
+    target = folder / "part-0.parquet"
+    if not files:
+        sql.write_parquet(con, f"({table.empty()})", target)
+        return
+    sql.set_variables(con, run_id=run_id, sample_files=[str(f) for f in files])
+    sql.write_parquet(con, f"({table.select()})", target)
+    rejected = con.execute(
+        "SELECT s.file_path, e.line, e.error_message FROM reject_errors AS e JOIN reject_scans AS s USING (scan_id, file_id)"
+    ).fetchall()
+    for file, line, message in rejected:
+        issues.append(ParseIssue(file, line, None, "warning", f"counter sample skipped: {message}"))
+    con.execute("DELETE FROM reject_errors").fetchall()
+    con.execute("DELETE FROM reject_scans").fetchall()
+
+
 def _host_of(meta: dict, manifest: dict, rank: int) -> str | None:
     for entry in manifest.get("ranks", []) or []:
         if isinstance(entry, dict) and entry.get("rank") == rank and entry.get("host"):
@@ -211,8 +234,21 @@ def _process_group_rows(run_id: str, kept: list[ParsedFile], metas: dict[int, di
     return rows
 
 
+def _link(source: RunSource, prefix: str) -> tuple[float | None, str | None]:
+    """A line rate and where it came from: an override given at ingest, else the manifest."""
+    given = source.overrides.get(f"{prefix}_gbps")
+    if isinstance(given, (int, float)):
+        return float(given), "override at ingest"
+    value = source.manifest.get(f"{prefix}_gbps")
+    if isinstance(value, (int, float)):
+        return float(value), _text(source.manifest.get(f"{prefix}_source"))
+    return None, None
+
+
 def _run_row(source: RunSource, rank_rows: list[dict], metas: dict[int, dict], issues: list[ParseIssue]) -> dict:
     manifest = source.manifest
+    link_gbps, link_source = _link(source, "link")
+    intra_link_gbps, intra_link_source = _link(source, "intra_link")
     ranks_found = len({r["rank"] for r in rank_rows})
     trace_world = max((r["world_size"] for r in rank_rows if isinstance(r["world_size"], int)), default=None)
     if isinstance(manifest.get("world_size"), int):
@@ -244,8 +280,11 @@ def _run_row(source: RunSource, rank_rows: list[dict], metas: dict[int, dict], i
         "ranks_found": ranks_found,
         "backend": _text(manifest.get("backend")) or (backends[0] if backends else None),
         "hosts": len(hosts) or None,
-        "link_gbps": manifest.get("link_gbps") if isinstance(manifest.get("link_gbps"), (int, float)) else None,
-        "link_source": _text(manifest.get("link_source")),
+        "link_gbps": link_gbps,
+        "link_source": link_source,
+        "link_interface": _text(source.overrides.get("link_interface") or manifest.get("link_interface")),
+        "intra_link_gbps": intra_link_gbps,
+        "intra_link_source": intra_link_source,
         "device_model": _text(manifest.get("device_model")) or (devices[0] if devices else None),
         "torch_version": _text(manifest.get("torch_version")),
         "nccl_version": _text(manifest.get("nccl_version")) or (nccl[0] if nccl else None),

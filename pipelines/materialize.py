@@ -58,8 +58,17 @@ def instance() -> dg.DagsterInstance:
     return dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
 
 
-def ingest_paths(paths: list[Path], warehouse_dir: Path, run_id: str | None = None, progress: bool = True) -> list[IngestResult]:
-    """Ingest each path as one run; a failing run does not stop the others."""
+def ingest_paths(
+    paths: list[Path],
+    warehouse_dir: Path,
+    run_id: str | None = None,
+    progress: bool = True,
+    overrides: dict | None = None,
+) -> list[IngestResult]:
+    """Ingest each path as one run; a failing run does not stop the others.
+
+    `overrides` (link_gbps, intra_link_gbps, link_interface) win over what the runs' manifests say.
+    """
     runs = [(run_id or run_id_for(path), path) for path in paths]
     for name, path in runs:
         problem = check_run_id(name)
@@ -78,7 +87,7 @@ def ingest_paths(paths: list[Path], warehouse_dir: Path, run_id: str | None = No
     results = []
     with tqdm(total=total, unit="B", unit_scale=True, desc="ingest", disable=not progress) as bar:
         for name, path in runs:
-            store.register_source(name, path)
+            store.register_source(name, path, overrides)
             bar.set_postfix_str(name)
             outcome = dg.materialize(
                 [normalized_run, analyzed_run, run_report],

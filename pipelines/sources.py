@@ -29,6 +29,10 @@ class RunSource:
     trace_files: list[Path]
     manifest: dict = field(default_factory=dict)
     issues: list[ParseIssue] = field(default_factory=list)
+    net_sample_files: list[Path] = field(default_factory=list)
+    cpu_sample_files: list[Path] = field(default_factory=list)
+    # Values the user gave at ingest time (`--link-gbps`, ...), which win over the manifest's.
+    overrides: dict = field(default_factory=dict)
 
 
 def run_id_for(path: Path) -> str:
@@ -61,7 +65,11 @@ def discover(path: Path, run_id: str | None = None) -> RunSource:
     if manifest_path.exists() or (path / "traces").is_dir():
         manifest = _read_manifest(manifest_path, issues)
         traces = _trace_files(path / "traces")
-        return RunSource(run_id, path, "collector", traces, manifest, issues)
+        samples = path / "samples"
+        return RunSource(
+            run_id, path, "collector", traces, manifest, issues,
+            sorted(samples.glob("net.*.csv")), sorted(samples.glob("cpu.*.csv")),
+        )
     return RunSource(run_id, path, "trace folder", _trace_files(path), {}, issues)
 
 

@@ -134,7 +134,11 @@ def run_macros(con: duckdb.DuckDBPyConnection) -> None:
 
 def materialize(con: duckdb.DuckDBPyConnection, name: str) -> int:
     """Build table `name` in this connection from its file; return its row count."""
-    con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS {table(name).select()}').fetchall()
+    try:
+        con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS {table(name).select()}').fetchall()
+    except duckdb.Error as error:
+        error.add_note(f"while building sql/{name}.sql")
+        raise
     return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 
 

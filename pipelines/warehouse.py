@@ -36,8 +36,19 @@ import duckdb
 from pipelines import sql
 
 # Tables written by parsing a run's raw inputs, and tables derived from them by SQL.
-PARSE_TABLES = ("runs", "ranks", "process_groups", "trace_events", "parse_issues")
-ANALYSIS_TABLES = ("steps", "collectives", "step_timeline", "step_breakdown", "rank_breakdown")
+PARSE_TABLES = ("runs", "ranks", "process_groups", "trace_events", "net_samples", "cpu_samples", "parse_issues")
+ANALYSIS_TABLES = (
+    "steps",
+    "collectives",
+    "step_timeline",
+    "step_breakdown",
+    "rank_breakdown",
+    "collective_sync",
+    "collective_bw",
+    "step_sync",
+    "net_utilization",
+    "network_summary",
+)
 TABLES = PARSE_TABLES + ANALYSIS_TABLES
 # Tables over all runs, rebuilt whole by scheduled roll-ups.
 ROLLUP_TABLES = ("run_summary",)
@@ -235,18 +246,21 @@ class Warehouse:
 
     # --- sources and reports ----------------------------------------------------------------
 
-    def register_source(self, run_id: str, path: Path) -> None:
-        """Remember where a run's raw inputs are, for ingests that only know its id."""
+    def register_source(self, run_id: str, path: Path, overrides: dict | None = None) -> None:
+        """Remember where a run's raw inputs are (and values given for it), for ingests that only know its id."""
         target = self.sources_dir / f"{run_dir_name(run_id)}.json"
         temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
-        temporary.write_text(json.dumps({"run_id": run_id, "path": str(Path(path).absolute())}))
+        entry = {"run_id": run_id, "path": str(Path(path).absolute()), "overrides": overrides or {}}
+        temporary.write_text(json.dumps(entry))
         os.replace(temporary, target)
 
-    def source_of(self, run_id: str) -> Path | None:
+    def source_of(self, run_id: str) -> tuple[Path, dict] | None:
+        """The registered path of a run's raw inputs and the overrides given with it, if registered."""
         target = self.sources_dir / f"{run_dir_name(run_id)}.json"
         if not target.exists():
             return None
-        return Path(json.loads(target.read_text())["path"])
+        entry = json.loads(target.read_text())
+        return Path(entry["path"]), entry.get("overrides", {})
 
     def report_path(self, run_id: str) -> Path:
         return self.reports_dir / f"{run_dir_name(run_id)}.html"

@@ -12,6 +12,12 @@
 -- else the instance's position among the rank's collectives of the same group (or stream).
 -- A kernel's duration includes waiting for the other ranks.
 --
+-- `collective_key` matches one collective's instances across ranks, in order of preference: the
+-- trace's `Comms Id` (the same hash on every rank), the process group and the trace's `Seq`, and
+-- otherwise the process group, step and position in the step: the k-th collective of a group in
+-- step s on one rank is the k-th on every other (ProfilerStep numbers agree across ranks, so ranks
+-- whose profiling windows start at different moments still match).
+--
 -- Grain: one row per run, rank and collective instance.
 --
 -- Columns:
@@ -37,6 +43,9 @@
 --   stream BIGINT  GPU stream (device timeline).
 --   timeline VARCHAR  'device' or 'cpu'.
 --   metadata_source VARCHAR  'kernel', 'record_param_comms', 'kernel name' or 'gloo annotation'.
+--   match_method VARCHAR  How instances are matched across ranks: 'comms_id', 'pg_seq' or
+--       'pg_step_order'.
+--   collective_key VARCHAR  The same on every rank's instance of one collective (see collective_sync).
 WITH timelines AS (
   SELECT DISTINCT rank, timeline FROM _activity
 ),
@@ -123,6 +132,14 @@ with_step AS (
   SELECT i.*, CASE WHEN i.start_ns < w.window_end_ns THEN w.step END AS step
   FROM instances AS i
   ASOF LEFT JOIN windows AS w ON i.rank = w.rank AND i.start_ns >= w.window_start_ns
+),
+keyed AS (
+  SELECT
+    *,
+    coalesce(trace_seq, row_number() OVER (PARTITION BY rank, coalesce(pg, CAST(stream AS VARCHAR)) ORDER BY start_ns) - 1) AS seq,
+    coalesce('pg ' || pg, 'stream ' || stream, 'unknown group') AS group_key,
+    row_number() OVER (PARTITION BY rank, coalesce('pg ' || pg, 'stream ' || stream, 'unknown group'), step ORDER BY start_ns) AS position_in_step
+  FROM with_step
 )
 SELECT
   getvariable('run_id') AS run_id,
@@ -132,7 +149,7 @@ SELECT
   pg,
   pg_desc,
   group_size,
-  coalesce(trace_seq, row_number() OVER (PARTITION BY rank, coalesce(pg, CAST(stream AS VARCHAR)) ORDER BY start_ns) - 1) AS seq,
+  seq,
   CASE WHEN trace_seq IS NOT NULL THEN 'trace' ELSE 'order' END AS seq_source,
   comms_id,
   dtype,
@@ -148,6 +165,12 @@ SELECT
   kernel,
   stream,
   timeline,
-  metadata_source
-FROM with_step
+  metadata_source,
+  CASE WHEN comms_id IS NOT NULL THEN 'comms_id' WHEN trace_seq IS NOT NULL THEN 'pg_seq' ELSE 'pg_step_order' END AS match_method,
+  CASE
+    WHEN comms_id IS NOT NULL THEN 'comms_id ' || comms_id
+    WHEN trace_seq IS NOT NULL THEN group_key || ' seq ' || trace_seq
+    ELSE group_key || ' step ' || coalesce(CAST(step AS VARCHAR), '-') || ' #' || position_in_step
+  END AS collective_key
+FROM keyed
 ORDER BY rank, start_ns

@@ -69,3 +69,15 @@ CREATE OR REPLACE MACRO dims_elements(input_dims) AS
     TRY(from_json(input_dims, '[["BIGINT"]]')),
     lambda dims: coalesce(list_product(dims), 1)
   )) AS BIGINT);
+
+-- nccl-tests' bus-bandwidth factor: what each rank sends, as a multiple of the message size S, in
+-- the ring algorithm. Bus bandwidth (algorithm bandwidth times this) is comparable with the link's
+-- line rate whatever the number of ranks n.
+CREATE OR REPLACE MACRO busbw_factor(op, n) AS (
+  CASE
+    WHEN n IS NULL OR n < 1 THEN NULL
+    WHEN op = 'allreduce' THEN 2.0 * (n - 1) / n
+    WHEN op IN ('allgather', 'reducescatter', 'alltoall') THEN (n - 1) / n
+    WHEN op IN ('broadcast', 'reduce', 'send', 'recv', 'sendrecv') THEN 1.0
+  END
+);

@@ -22,6 +22,9 @@
 --   link_gbps DOUBLE  Line rate of the network link per host, in Gbit/s (10^9 bit/s).
 --   link_source VARCHAR  Where link_gbps came from: 'override', 'sysfs:<interface>',
 --       'infiniband:<device>/<port>', or NULL when unknown.
+--   link_interface VARCHAR  The interface (as in net_samples) that link carries, where known.
+--   intra_link_gbps DOUBLE  Line rate between ranks of one host (NVLink, ...), Gbit/s, where given.
+--   intra_link_source VARCHAR  Where intra_link_gbps came from ('override'), or NULL.
 --   device_model VARCHAR  Accelerator (or CPU) model.
 --   torch_version VARCHAR  PyTorch version from the manifest.
 --   nccl_version VARCHAR  NCCL version from the manifest or the traces.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,10 +27,16 @@ def shared_trace_files() -> list[Path]:
 
 
 def ingest_directly(
-    store: Warehouse, path: Path, run_id: str | None = None, key: str = "test", settings: Settings | None = None
+    store: Warehouse,
+    path: Path,
+    run_id: str | None = None,
+    key: str = "test",
+    settings: Settings | None = None,
+    overrides: dict | None = None,
 ) -> str:
     """Both stages of an ingest, as the Dagster assets run them, without Dagster around them."""
     source = discover(path, run_id)
+    source.overrides = overrides or {}
     settings = settings or Settings()
     version = store.start_version(source.run_id, key, carry_tables=())
     parse_run(source, version, store, settings)
@@ -59,12 +66,21 @@ def wirespeed(*args: str, cwd: Path | None = None, env: dict | None = None, chec
     return result
 
 
+GLOO_RANKS = 4
+
+
 @pytest.fixture(scope="session")
 def gloo_run(tmp_path_factory) -> Path:
-    """A live capture: `wirespeed collect` around a 2-rank DDP job over gloo (real torch processes)."""
+    """A live capture: `wirespeed collect` around a 4-rank DDP job over gloo (real torch processes).
+
+    The ranks talk over loopback (GLOO_SOCKET_IFNAME=lo), so the sampled `lo` counters carry exactly
+    the collectives' traffic; the line rates are given, as a user of a virtual NIC would.
+    """
     landing = tmp_path_factory.mktemp("landing")
     wirespeed(
-        "collect", "--landing", str(landing), "--run-id", "gloo-live", "--job", "test-job", "--link-gbps", "25",
-        "--", sys.executable, "-m", "collectors.demo_ddp", "--world-size", "2", "--steps", "6",
+        "collect", "--landing", str(landing), "--run-id", "gloo-live", "--job", "test-job",
+        "--link-gbps", "25", "--intra-link-gbps", "40",
+        "--", sys.executable, "-m", "collectors.demo_ddp", "--world-size", str(GLOO_RANKS), "--steps", "6",
+        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"},
     )
     return landing / "gloo-live"

@@ -6,19 +6,24 @@ import json
 
 import pytest
 
-from conftest import wirespeed
+from conftest import GLOO_RANKS, wirespeed
 from pipelines.sources import discover
+
+RANKS = list(range(GLOO_RANKS))
 
 
 def test_collect_writes_a_complete_run_folder(gloo_run):
     assert (gloo_run / "_DONE").is_file()
-    assert sorted(p.name for p in (gloo_run / "traces").iterdir()) == ["rank0.pt.trace.json", "rank1.pt.trace.json"]
+    assert sorted(p.name for p in (gloo_run / "traces").iterdir()) == [f"rank{r}.pt.trace.json" for r in RANKS]
     manifest = json.loads((gloo_run / "manifest.json").read_text())
-    assert manifest["run_id"] == "gloo-live" and manifest["world_size"] == 2 and manifest["backend"] == "gloo"
+    assert manifest["run_id"] == "gloo-live" and manifest["world_size"] == GLOO_RANKS and manifest["backend"] == "gloo"
     assert manifest["exit_code"] == 0 and manifest["failures"] == []
-    assert manifest["link_gbps"] == 25.0 and manifest["link_source"] == "override"
+    assert manifest["link_gbps"] == 25.0 and manifest["link_source"] == "override" and manifest["link_interface"] == "lo"
+    assert manifest["intra_link_gbps"] == 40.0
     assert manifest["tags"]["job"] == "test-job" and manifest["torch_version"].startswith("2.13.0")
-    assert [r["rank"] for r in manifest["ranks"]] == [0, 1]
+    assert [r["rank"] for r in manifest["ranks"]] == RANKS
+    (sampling,) = manifest["sampling"]
+    assert sampling["interval_ms"] == 100 and sampling["samples"] > 10 and sampling["failure"] is None
     # The marker comes last: nothing in the folder is newer than it.
     done = (gloo_run / "_DONE").stat().st_mtime_ns
     assert all(p.stat().st_mtime_ns <= done for p in gloo_run.rglob("*") if p.is_file())
@@ -53,15 +58,15 @@ def sql_json(warehouse, query: str) -> list[dict]:
 
 def test_live_run_ingests_on_the_cpu_timeline(gloo_warehouse):
     (run,) = sql_json(gloo_warehouse, "SELECT * FROM runs")
-    assert run["source_kind"] == "collector" and run["world_size"] == 2 and run["ranks_found"] == 2
+    assert run["source_kind"] == "collector" and run["world_size"] == GLOO_RANKS and run["ranks_found"] == GLOO_RANKS
     assert run["link_gbps"] == 25.0 and run["job"] == "test-job" and run["parse_errors"] == 0
     steps = sql_json(gloo_warehouse, "SELECT rank, count(*) AS n, any_value(timeline) AS timeline FROM steps GROUP BY rank ORDER BY rank")
-    assert steps == [{"rank": 0, "n": 4, "timeline": "cpu"}, {"rank": 1, "n": 4, "timeline": "cpu"}]
+    assert steps == [{"rank": r, "n": 4, "timeline": "cpu"} for r in RANKS]
 
 
 def test_live_run_breakdown(gloo_warehouse):
     rows = sql_json(gloo_warehouse, "SELECT * FROM step_breakdown ORDER BY rank, step")
-    assert len(rows) == 8
+    assert len(rows) == 4 * GLOO_RANKS
     for row in rows:
         assert row["step_ns"] == row["compute_ns"] + row["exposed_comm_ns"] + row["other_ns"] + row["idle_ns"]
         assert row["compute_ns"] > 0 and row["comm_ns"] > 0 and row["other_ns"] == 0
@@ -75,10 +80,10 @@ def test_live_run_collectives_have_sizes(gloo_warehouse):
         "SELECT rank, op, count(*) AS n, min(bytes) AS min_bytes, sum(bytes) AS total, any_value(group_size) AS g, "
         "count(DISTINCT seq) AS seqs FROM collectives GROUP BY rank, op ORDER BY rank",
     )
-    assert [r["rank"] for r in rows] == [0, 1] and {r["op"] for r in rows} == {"allreduce"}
-    # Every gradient is all-reduced once per step: both ranks move the same bytes.
-    assert rows[0]["total"] == rows[1]["total"] > 4 * (6 * 512 * 512) * 4
-    assert all(r["min_bytes"] > 0 and r["g"] == 2 and r["seqs"] == r["n"] for r in rows)
+    assert [r["rank"] for r in rows] == RANKS and {r["op"] for r in rows} == {"allreduce"}
+    # Every gradient is all-reduced once per step: every rank moves the same bytes.
+    assert len({r["total"] for r in rows}) == 1 and rows[0]["total"] > 4 * (6 * 512 * 512) * 4
+    assert all(r["min_bytes"] > 0 and r["g"] == GLOO_RANKS and r["seqs"] == r["n"] for r in rows)
 
 
 def test_reingest_replaces_the_run(gloo_run, gloo_warehouse):
@@ -91,4 +96,38 @@ def test_reingest_replaces_the_run(gloo_run, gloo_warehouse):
 
 def test_discover_reads_the_run_folder(gloo_run):
     source = discover(gloo_run)
-    assert source.run_id == "gloo-live" and source.kind == "collector" and len(source.trace_files) == 2
+    assert source.run_id == "gloo-live" and source.kind == "collector" and len(source.trace_files) == GLOO_RANKS
+    assert len(source.net_sample_files) == len(source.cpu_sample_files) == 1
+    assert source.net_sample_files[0].name.startswith("net.") and source.cpu_sample_files[0].name.startswith("cpu.")
+
+
+def test_live_collectives_match_across_all_ranks(gloo_warehouse):
+    synced = sql_json(gloo_warehouse, "SELECT ranks, op_mismatch, match_method FROM collective_sync")
+    assert len(synced) == 4 * 6 and all(c == {"ranks": GLOO_RANKS, "op_mismatch": False, "match_method": "pg_step_order"} for c in synced)
+    steps = sql_json(gloo_warehouse, "SELECT straggler_rank, wait_share FROM step_sync")
+    assert len(steps) == 4 and all(s["straggler_rank"] in RANKS and 0 <= s["wait_share"] <= 1 for s in steps)
+    bw = sql_json(gloo_warehouse, "SELECT DISTINCT scope, link_gbps FROM collective_bw")
+    assert bw == [{"scope": "intra", "link_gbps": 40.0}]
+
+
+def test_sampled_counters_carry_the_collectives_traffic(gloo_warehouse):
+    """Over loopback, the NIC counters must show at least what the collectives say they moved."""
+    samples = sql_json(gloo_warehouse, "SELECT count(DISTINCT t_ns) AS n, count(DISTINCT interface) AS interfaces FROM net_samples WHERE interface = 'lo'")
+    assert samples[0]["n"] > 10
+    (totals,) = sql_json(
+        gloo_warehouse,
+        """
+        SELECT
+          (SELECT sum(tx_bytes) FROM net_utilization WHERE source = 'collectives') AS derived,
+          (SELECT count(DISTINCT step) FROM steps) AS profiled_steps,
+          (SELECT sum(tx_bytes) FROM net_utilization WHERE source = 'counters' AND interface = 'lo') AS counted
+        """,
+    )
+    # The job ran 6 steps with the same traffic each, 4 of them profiled; the counters cover the
+    # whole run, which adds DDP's initial broadcast of the parameters and TCP's headers.
+    expected = totals["derived"] / totals["profiled_steps"] * 6
+    assert totals["derived"] > 0 and 1.0 <= totals["counted"] / expected < 1.3, totals
+    (lo,) = sql_json(gloo_warehouse, "SELECT * FROM network_summary WHERE source = 'counters' AND interface = 'lo'")
+    assert lo["link_gbps"] == 25.0 and 0 < lo["mean_utilization"] <= lo["peak_utilization"] and lo["comm_windows"] > 0
+    cpu = sql_json(gloo_warehouse, "SELECT count(DISTINCT cpu) AS cores FROM cpu_samples")
+    assert cpu[0]["cores"] >= 2

@@ -8,6 +8,7 @@ import shutil
 import dagster as dg
 import pytest
 
+from conftest import GLOO_RANKS
 from pipelines.defs.ingest.sensors import landing_sensor
 from pipelines.defs.resources import WarehouseResource
 from pipelines.definitions import defs
@@ -69,7 +70,7 @@ def test_sensor_partition_materialisation(definitions, gloo_run, tmp_path):
     store = Warehouse(resource.root)
     assert store.report_path("gloo-live").exists()
     con = store.connect()
-    assert con.execute("SELECT count(DISTINCT rank) FROM step_breakdown WHERE run_id = 'gloo-live'").fetchall() == [(2,)]
+    assert con.execute("SELECT count(DISTINCT rank) FROM step_breakdown WHERE run_id = 'gloo-live'").fetchall() == [(GLOO_RANKS,)]
     con.close()
 
     # 3. Nothing changed: the next tick skips; a change after ingest is noticed and re-ingested.

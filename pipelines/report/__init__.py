@@ -21,6 +21,7 @@ from pipelines.settings import Settings
 from pipelines.warehouse import TABLES, Warehouse
 
 MAX_STRETCHES = 20_000
+MAX_POINTS = 1_500
 
 
 def _rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict]:
@@ -29,7 +30,7 @@ def _rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict]:
 
 def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict]) -> str:
     """The report's HTML, from a session whose views hold the run's published tables."""
-    sql.set_variables(con, run_id=run_id, max_stretches=MAX_STRETCHES)
+    sql.set_variables(con, run_id=run_id, max_stretches=MAX_STRETCHES, max_points=MAX_POINTS)
     headline = _rows(con, "headline")
     if not headline:
         raise LookupError(f"run {run_id!r} has no published tables")
@@ -67,9 +68,33 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
         "Collectives",
         table(_rows(con, "collective_mix"), {"total_mb": ".3f", "median_mb": ".3f", "median_us": ".1f"}),
     )
+    page.add("Bandwidth", _bandwidth(con, page))
     page.add("What ingestion skipped or doubted", table(_rows(con, "issues")))
     page.add("How to read this", _reading_notes())
     return page.render()
+
+
+def _bandwidth(con: duckdb.DuckDBPyConnection, page: Page) -> str:
+    """Bus bandwidth against size, throughput over time, waiting against transfer, stragglers."""
+    parts = []
+    points = con.sql(sql.report_query("bandwidth_by_size")).pl()
+    if points.height:
+        parts.append(page.chart(charts.bandwidth_by_size_chart(points)))
+    else:
+        parts.append(paragraph("No collective has both a known size and a duration, so no bandwidth can be computed."))
+    series = con.sql(sql.report_query("throughput_over_time")).pl()
+    if series.height:
+        parts.append(page.chart(charts.throughput_chart(series)))
+    percent = {"mean_utilization": ".1%", "peak_utilization": ".1%", "comm_mean_utilization": ".1%"}
+    rates = {"mean_gbps": ".3f", "p95_gbps": ".3f", "peak_gbps": ".3f"}
+    parts.append(table(_rows(con, "network"), percent | rates))
+    waits = con.sql(sql.report_query("wait_vs_transfer")).pl()
+    if waits.height:
+        parts.append(page.chart(charts.wait_vs_transfer_chart(waits)))
+    stragglers = _rows(con, "stragglers")
+    if any(row["straggler_rank"] is not None for row in stragglers):
+        parts.append(table(stragglers, {"max_skew_ms": ".3f", "exposed_comm_ms": ".3f", "wait_share": ".1%"}))
+    return "".join(parts)
 
 
 def _summary(run: dict, verdicts: list[Verdict]) -> str:
@@ -121,8 +146,11 @@ def _reading_notes() -> str:
         "timeline (gloo runs). Compute, communication and other are unions of intervals; communication that runs while "
         "compute runs is overlapped, communication alone is exposed and makes the step longer.",
         "step = compute + exposed communication + other + idle, exactly, on every rank and step.",
+        "Bandwidths are in Gbit/s like line rates (nccl-tests prints GB/s: divide by 8). A collective's transfer is "
+        "its shortest duration across ranks; the rest of each rank's duration was waiting for the last rank to arrive.",
         "Tables behind this page: runs, step_breakdown, step_timeline, steps, rank_breakdown, collectives, "
-        "parse_issues. Query them with `wirespeed sql`.",
+        "collective_bw, collective_sync, step_sync, net_utilization, network_summary, parse_issues. "
+        "Query them with `wirespeed sql`.",
     ]
     return "".join(paragraph(n) for n in notes)
 

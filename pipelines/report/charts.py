@@ -78,3 +78,60 @@ def step_timeline_chart(stretches: pl.DataFrame, step: int) -> alt.Chart:
         )
         .properties(width=760, height=max(80, 28 * ranks), title=f"Timeline of step {step} (a typical step), idle left blank")
     )
+
+
+def bandwidth_by_size_chart(points: pl.DataFrame) -> alt.LayerChart:
+    """Bus bandwidth of each collective's transfer against its size, with the line rate drawn in."""
+    dots = (
+        alt.Chart(points)
+        .mark_point(filled=True, opacity=0.7)
+        .encode(
+            x=alt.X("bytes:Q", scale=alt.Scale(type="log"), title="message size (bytes)"),
+            y=alt.Y("busbw_gbps:Q", title="bus bandwidth of the transfer (Gbit/s)"),
+            color=alt.Color("op:N", title="op"),
+            shape=alt.Shape("scope:N", title="scope"),
+            tooltip=["op:N", "scope:N", alt.Tooltip("bytes:Q", format=","), alt.Tooltip("busbw_gbps:Q", format=".3f")],
+        )
+    )
+    rates = points.filter(pl.col("link_gbps").is_not_null()).select("link_gbps", "scope").unique()
+    rule = (
+        alt.Chart(rates)
+        .mark_rule(strokeDash=[6, 4], color="#333")
+        .encode(y="link_gbps:Q", tooltip=[alt.Tooltip("link_gbps:Q", title="line rate (Gbit/s)"), "scope:N"])
+    )
+    return alt.layer(dots, rule).properties(width=640, height=300, title="How close each collective came to the line rate (dashed)")
+
+
+def throughput_chart(series: pl.DataFrame) -> alt.LayerChart:
+    """Throughput over time: what the NIC counters saw and what the collectives had to move."""
+    lines = (
+        alt.Chart(series)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("t_s:Q", title="seconds since the first window"),
+            y=alt.Y("gbps:Q", title="Gbit/s (busier direction)"),
+            color=alt.Color("series:N", title=None),
+            strokeDash=alt.StrokeDash("host:N", title="host"),
+            tooltip=["host:N", "series:N", alt.Tooltip("t_s:Q", format=".2f"), alt.Tooltip("gbps:Q", format=".3f")],
+        )
+    )
+    rates = series.filter(pl.col("link_gbps").is_not_null()).select("link_gbps").unique()
+    rule = alt.Chart(rates).mark_rule(strokeDash=[6, 4], color="#333").encode(y="link_gbps:Q")
+    return alt.layer(lines, rule).properties(width=760, height=260, title="Network throughput over time (line rate dashed)")
+
+
+def wait_vs_transfer_chart(parts: pl.DataFrame) -> alt.Chart:
+    """Per step, exposed communication that was waiting for other ranks versus moving data."""
+    return (
+        alt.Chart(parts)
+        .mark_bar()
+        .encode(
+            x=alt.X("step:O", title="step"),
+            y=alt.Y("ms:Q", title="exposed communication, ms over all ranks", stack="zero"),
+            color=alt.Color(
+                "part:N", title=None, scale=alt.Scale(domain=["waiting for other ranks", "transfer"], range=["#9d755d", "#e45756"])
+            ),
+            tooltip=["step:O", "part:N", alt.Tooltip("ms:Q", format=".3f")],
+        )
+        .properties(width=max(160, 28 * parts["step"].n_unique()), height=220, title="Exposed communication: waiting or moving data?")
+    )

@@ -27,6 +27,11 @@ _DEPS = {
     "step_timeline": ["trace_events", "steps"],
     "step_breakdown": ["step_timeline", "steps"],
     "rank_breakdown": ["trace_events", "steps", "collectives"],
+    "collective_sync": ["collectives"],
+    "collective_bw": ["collectives", "collective_sync", "ranks", "runs", "process_groups"],
+    "step_sync": ["collective_bw", "collective_sync", "step_timeline", "step_breakdown"],
+    "net_utilization": ["net_samples", "collective_bw", "rank_breakdown", "ranks", "runs"],
+    "network_summary": ["net_utilization"],
 }
 
 
@@ -54,7 +59,10 @@ def run_source(resource: WarehouseResource, warehouse: Warehouse, run_id: str) -
     """Where a partition's raw inputs are: as registered by `wirespeed ingest`, else in the landing folder."""
     registered = warehouse.source_of(run_id)
     if registered is not None:
-        return discover(registered, run_id)
+        path, overrides = registered
+        source = discover(path, run_id)
+        source.overrides = overrides
+        return source
     landing = Path(resource.landing).absolute()
     candidate = landing / run_id
     if "/" in run_id or run_id in (".", "..") or candidate.resolve().parent != landing.resolve():

@@ -1,0 +1,103 @@
+-- collective_bw: how close each collective instance came to the line rate of its link.
+--
+-- Algorithm bandwidth is the message size over the time taken; bus bandwidth multiplies it by the
+-- nccl-tests factor for the op and group size (allreduce 2(n-1)/n; allgather, reducescatter and
+-- alltoall (n-1)/n; broadcast, reduce and point-to-point 1), which makes it comparable with the
+-- link's line rate. Rates are in Gbit/s (10^9 bit/s) like the line rate: nccl-tests prints GB/s,
+-- which is these numbers divided by 8. Each instance has two: over its own duration (what this rank
+-- experienced, waiting included) and over the collective's transfer time (the shortest duration
+-- across its ranks; see collective_sync). Utilisation uses the transfer time, so it measures the
+-- network, not the stragglers.
+--
+-- Scope: a collective whose group's ranks all ran on one host is intra-node, and is compared with
+-- the run's intra-node link rate when one was given (else its utilisation is NULL and link_source
+-- says why); one spanning hosts is inter-node, compared with the NIC's line rate; when the hosts of
+-- the group's ranks are not all known, the scope is unknown and the NIC's rate is assumed.
+--
+-- Grain: one row per run, rank and collective instance.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   rank INTEGER  Global rank.
+--   collective_key VARCHAR  The matched collective (see collective_sync).
+--   step BIGINT  Step the instance started in.
+--   op VARCHAR  The operation.
+--   scope VARCHAR  'intra' (one host), 'inter' (several hosts) or 'unknown'.
+--   group_size INTEGER  Ranks in the process group (n in the bus-bandwidth factor).
+--   bytes BIGINT  Message size S.
+--   start_ns BIGINT  Start on this rank, ns since the Unix epoch.
+--   dur_ns BIGINT  Duration on this rank, waiting included.
+--   transfer_ns BIGINT  The collective's transfer time (shortest duration across ranks).
+--   wait_ns BIGINT  dur_ns - transfer_ns: how long this rank waited for the others.
+--   last_arrival BOOLEAN  Whether this rank arrived last (everyone else waited for it).
+--   algbw_gbps DOUBLE  8 * bytes / dur_ns, in Gbit/s.
+--   busbw_gbps DOUBLE  algbw_gbps times the bus-bandwidth factor.
+--   transfer_busbw_gbps DOUBLE  Bus bandwidth over transfer_ns instead of dur_ns.
+--   link_gbps DOUBLE  Line rate of the link the scope implies, Gbit/s; NULL when unknown.
+--   link_source VARCHAR  Where link_gbps came from, or why it is missing.
+--   utilization DOUBLE  transfer_busbw_gbps / link_gbps (1.0 = line rate).
+WITH rank_hosts AS (
+  SELECT DISTINCT rank, host FROM ranks
+),
+members AS (
+  SELECT pg_name, unnest(members) AS member
+  FROM (
+    SELECT pg_name, any_value(TRY(from_json(pg_ranks, '["INTEGER"]'))) AS members
+    FROM process_groups
+    GROUP BY pg_name
+  )
+),
+group_scope AS (
+  SELECT
+    m.pg_name,
+    CASE
+      WHEN count(h.host) < count(*) THEN 'unknown'
+      WHEN count(DISTINCT h.host) = 1 THEN 'intra'
+      ELSE 'inter'
+    END AS scope
+  FROM members AS m
+  LEFT JOIN rank_hosts AS h ON h.rank = m.member
+  GROUP BY m.pg_name
+),
+links AS (
+  SELECT any_value(link_gbps) AS link_gbps, any_value(link_source) AS link_source,
+    any_value(intra_link_gbps) AS intra_link_gbps, any_value(intra_link_source) AS intra_link_source
+  FROM runs
+),
+rated AS (
+  SELECT
+    c.*,
+    coalesce(g.scope, 'unknown') AS scope,
+    s.transfer_ns,
+    s.last_rank,
+    busbw_factor(c.op, c.group_size) AS factor
+  FROM collectives AS c
+  JOIN collective_sync AS s USING (collective_key)
+  LEFT JOIN group_scope AS g ON g.pg_name = c.pg
+)
+SELECT
+  getvariable('run_id') AS run_id,
+  r.rank,
+  r.collective_key,
+  r.step,
+  r.op,
+  r.scope,
+  r.group_size,
+  r.bytes,
+  r.start_ns,
+  r.dur_ns,
+  r.transfer_ns,
+  r.dur_ns - r.transfer_ns AS wait_ns,
+  r.rank = r.last_rank AS last_arrival,
+  8.0 * r.bytes / r.dur_ns AS algbw_gbps,
+  8.0 * r.bytes / r.dur_ns * r.factor AS busbw_gbps,
+  8.0 * r.bytes / r.transfer_ns * r.factor AS transfer_busbw_gbps,
+  CASE r.scope WHEN 'intra' THEN l.intra_link_gbps ELSE l.link_gbps END AS link_gbps,
+  CASE
+    WHEN r.scope = 'intra' THEN coalesce(l.intra_link_source, 'unknown: no intra-node link rate was given')
+    WHEN r.scope = 'unknown' AND l.link_gbps IS NOT NULL THEN l.link_source || ' (hosts unknown: assumed inter-node)'
+    ELSE coalesce(l.link_source, 'unknown: no line rate was found or given')
+  END AS link_source,
+  8.0 * r.bytes / r.transfer_ns * r.factor / CASE r.scope WHEN 'intra' THEN l.intra_link_gbps ELSE l.link_gbps END AS utilization
+FROM rated AS r, links AS l
+ORDER BY r.rank, r.start_ns

@@ -1,0 +1,52 @@
+-- collective_sync: each collective matched across the ranks that took part, split into transfer and wait.
+--
+-- A collective's instances on different ranks share a `collective_key` (see `collectives` for how
+-- they are matched). A blocking collective ends when its last rank arrives, so the shortest
+-- duration across ranks is the time the transfer
+-- itself took; every other rank waited for the rest (TraceLens and the old TensorBoard plugin use
+-- the same split). Start times of different hosts compare only as well as their clocks agree.
+--
+-- Grain: one row per run and matched collective.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   collective_key VARCHAR  What the instances were matched on (see match_method).
+--   match_method VARCHAR  'comms_id', 'pg_seq' (group and trace sequence number) or
+--       'pg_step_order' (group, step and position in the step).
+--   op VARCHAR  The operation (the most common one, if ranks disagree; see op_mismatch).
+--   op_mismatch BOOLEAN  Whether the matched ranks disagree on the op: the match is suspect.
+--   pg VARCHAR  Process group.
+--   step BIGINT  Step the collective started in (the most common across its ranks).
+--   ranks INTEGER  Ranks whose traces have an instance of it.
+--   group_size INTEGER  Ranks in its process group.
+--   bytes BIGINT  Message size S (nccl-tests convention).
+--   first_start_ns BIGINT  Earliest start across ranks, ns since the Unix epoch.
+--   last_start_ns BIGINT  Latest start across ranks: when the last rank arrived.
+--   end_ns BIGINT  Latest end across ranks.
+--   skew_ns BIGINT  last_start_ns - first_start_ns: how far apart the ranks arrived.
+--   last_rank INTEGER  The rank that arrived last (started latest).
+--   transfer_ns BIGINT  Shortest duration across ranks: the transfer, without waiting.
+--   max_wait_ns BIGINT  Longest duration minus transfer_ns: the most any rank waited.
+--   total_wait_ns BIGINT  Sum over ranks of duration minus transfer_ns.
+SELECT
+  getvariable('run_id') AS run_id,
+  collective_key,
+  any_value(match_method) AS match_method,
+  mode(op) AS op,
+  count(DISTINCT op) > 1 AS op_mismatch,
+  any_value(pg) AS pg,
+  mode(step) AS step,
+  count(DISTINCT rank) AS ranks,
+  max(group_size) AS group_size,
+  max(bytes) AS bytes,
+  min(start_ns) AS first_start_ns,
+  max(start_ns) AS last_start_ns,
+  max(end_ns) AS end_ns,
+  max(start_ns) - min(start_ns) AS skew_ns,
+  arg_max(rank, start_ns) AS last_rank,
+  min(dur_ns) AS transfer_ns,
+  max(dur_ns) - min(dur_ns) AS max_wait_ns,
+  sum(dur_ns) - count(*) * min(dur_ns) AS total_wait_ns
+FROM collectives
+GROUP BY collective_key
+ORDER BY first_start_ns

@@ -1,0 +1,71 @@
+-- network_summary: how busy each host's network was, over the run and while communicating.
+--
+-- The paper's summary of net_utilization: mean, 95th percentile and peak throughput and
+-- utilisation over every window of the run, and the mean utilisation over the windows in which the
+-- host's collectives were moving data (a network that looks idle on average may still be the
+-- bottleneck while it is used; one that is far from its line rate even then is not limited by
+-- its capacity).
+--
+-- Grain: one row per run, host, source and interface.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   host VARCHAR  Host.
+--   source VARCHAR  'counters' or 'collectives' (see net_utilization).
+--   interface VARCHAR  Interface, or 'network' / 'intra-host' for derived traffic.
+--   windows BIGINT  Windows measured.
+--   bytes BIGINT  Bytes moved in the busier direction, over all windows.
+--   mean_gbps DOUBLE  Mean throughput of the busier direction, Gbit/s.
+--   p95_gbps DOUBLE  Its 95th percentile over windows.
+--   peak_gbps DOUBLE  Its highest window.
+--   link_gbps DOUBLE  Line rate compared with; NULL when unknown or not the run's link.
+--   mean_utilization DOUBLE  mean_gbps / link_gbps.
+--   p95_utilization DOUBLE  p95_gbps / link_gbps.
+--   peak_utilization DOUBLE  peak_gbps / link_gbps.
+--   comm_windows BIGINT  Windows in which the host's collectives moved data (derived series > 0).
+--   comm_mean_utilization DOUBLE  Mean utilisation over those windows only.
+WITH busy AS (
+  SELECT
+    *,
+    greatest(rx_gbps, tx_gbps) AS gbps,
+    greatest(rx_bytes, tx_bytes) AS moved
+  FROM net_utilization
+),
+communicating AS (
+  SELECT DISTINCT host, window_start_ns, window_end_ns
+  FROM net_utilization
+  WHERE source = 'collectives' AND tx_bytes > 0
+),
+in_comm AS (
+  -- Windows of any series that overlap a window in which collectives moved data.
+  SELECT b.host, b.source, b.interface, b.window_start_ns, any_value(b.utilization) AS utilization
+  FROM busy AS b
+  JOIN communicating AS c
+    ON c.host = b.host AND c.window_start_ns < b.window_end_ns AND c.window_end_ns > b.window_start_ns
+  GROUP BY ALL
+),
+comm AS (
+  SELECT host, source, interface, count(*) AS comm_windows, avg(utilization) AS comm_mean_utilization
+  FROM in_comm
+  GROUP BY ALL
+)
+SELECT
+  getvariable('run_id') AS run_id,
+  b.host,
+  b.source,
+  b.interface,
+  count(*) AS windows,
+  sum(b.moved) AS bytes,
+  8.0 * sum(b.moved) / sum(b.window_end_ns - b.window_start_ns) AS mean_gbps,
+  quantile_cont(b.gbps, 0.95) AS p95_gbps,
+  max(b.gbps) AS peak_gbps,
+  any_value(b.link_gbps) AS link_gbps,
+  8.0 * sum(b.moved) / sum(b.window_end_ns - b.window_start_ns) / any_value(b.link_gbps) AS mean_utilization,
+  quantile_cont(b.gbps, 0.95) / any_value(b.link_gbps) AS p95_utilization,
+  max(b.gbps) / any_value(b.link_gbps) AS peak_utilization,
+  coalesce(any_value(c.comm_windows), 0) AS comm_windows,
+  any_value(c.comm_mean_utilization) AS comm_mean_utilization
+FROM busy AS b
+LEFT JOIN comm AS c USING (host, source, interface)
+GROUP BY b.host, b.source, b.interface
+ORDER BY b.host, b.source, b.interface

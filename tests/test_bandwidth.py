@@ -1,0 +1,139 @@
+"""Bandwidth, utilisation and cross-rank matching, checked against hand-computed numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import ingest_directly
+from pipelines.warehouse import Warehouse
+from synthetic import Kernel, Rank, ns, write_run
+
+MB_FLOATS = 1_000_000  # 4,000,000 bytes of float
+
+
+def two_ranks(hosts: tuple[str | None, str | None]) -> list[Rank]:
+    """Rank 1 arrives 30 us late at the all-reduce; rank 0 arrives last at the all-gather."""
+    gemm = Kernel(100, 500)
+    return [
+        Rank(0, hosts[0], [(1, 0, 10_000)], [
+            gemm,
+            Kernel(1000, 100, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "allreduce", MB_FLOATS, seq=5, stream=40),
+            Kernel(2000, 50, "ncclDevKernel_AllGather_RING_LL", "_allgather_base", 1000, comms_id=2**64 - 1, stream=40),
+            Kernel(3000, 10, "ncclDevKernel_Broadcast_RING_LL", "broadcast", 10, stream=40),
+        ]),
+        Rank(1, hosts[1], [(1, 0, 10_000)], [
+            gemm,
+            Kernel(1030, 70, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "allreduce", MB_FLOATS, seq=5, stream=40),
+            Kernel(1990, 60, "ncclDevKernel_AllGather_RING_LL", "_allgather_base", 1000, comms_id=2**64 - 1, stream=40),
+            Kernel(3002, 8, "ncclDevKernel_Broadcast_RING_LL", "broadcast", 10, stream=40),
+        ]),
+    ]
+
+
+def ingest(tmp_path, hosts, overrides) -> Warehouse:
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, write_run(tmp_path / "run", two_ranks(hosts), 2), "bw", overrides=overrides)
+    return store
+
+
+def rows(store, query):
+    con = store.connect()
+    try:
+        relation = con.sql(query)
+        return [dict(zip(relation.columns, row, strict=True)) for row in relation.fetchall()]
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def inter_node(tmp_path):
+    return ingest(tmp_path, ("host-a", "host-b"), {"link_gbps": 800})
+
+
+def test_matching_prefers_comms_id_then_seq_then_order(inter_node):
+    synced = rows(inter_node, "SELECT * FROM collective_sync ORDER BY first_start_ns")
+    assert [(c["op"], c["match_method"], c["collective_key"], c["ranks"]) for c in synced] == [
+        ("allreduce", "pg_seq", "pg 0 seq 5", 2),
+        ("allgather", "comms_id", f"comms_id {2**64 - 1}", 2),
+        ("broadcast", "pg_step_order", "pg 0 step 1 #3", 2),
+    ]
+
+
+def test_transfer_wait_skew_and_last_rank(inter_node):
+    synced = {c["op"]: c for c in rows(inter_node, "SELECT * FROM collective_sync")}
+    allreduce = synced["allreduce"]
+    assert allreduce["transfer_ns"] == 70_000 and allreduce["skew_ns"] == 30_000 and allreduce["last_rank"] == 1
+    assert allreduce["max_wait_ns"] == 30_000 and allreduce["total_wait_ns"] == 30_000
+    assert allreduce["first_start_ns"] == ns(1000) and allreduce["end_ns"] == ns(1100)
+    assert synced["allgather"]["last_rank"] == 0 and synced["allgather"]["transfer_ns"] == 50_000
+    waits = {(b["rank"], b["op"]): (b["wait_ns"], b["last_arrival"]) for b in rows(inter_node, "SELECT * FROM collective_bw")}
+    assert waits == {
+        (0, "allreduce"): (30_000, False), (1, "allreduce"): (0, True),
+        (0, "allgather"): (0, True), (1, "allgather"): (10_000, False),
+        (0, "broadcast"): (2_000, False), (1, "broadcast"): (0, True),
+    }
+
+
+def test_bandwidth_formulas(inter_node):
+    bw = {(b["rank"], b["op"]): b for b in rows(inter_node, "SELECT * FROM collective_bw")}
+    allreduce = bw[(0, "allreduce")]
+    # S = 1e6 floats = 4e6 bytes = 32e6 bits; over 100 us: 320 Gbit/s; factor 2(n-1)/n = 1 for n = 2.
+    assert allreduce["bytes"] == 4_000_000 and allreduce["scope"] == "inter"
+    assert allreduce["algbw_gbps"] == pytest.approx(320.0)
+    assert allreduce["busbw_gbps"] == pytest.approx(320.0)
+    assert allreduce["transfer_busbw_gbps"] == pytest.approx(32e6 / 70e3)
+    assert allreduce["link_gbps"] == 800 and allreduce["link_source"] == "override at ingest"
+    assert allreduce["utilization"] == pytest.approx(32e6 / 70e3 / 800)
+    allgather = bw[(1, "allgather")]
+    # allgather: S is the whole output (1000 floats); factor (n-1)/n = 0.5; own duration 60 us.
+    assert allgather["bytes"] == 4000
+    assert allgather["algbw_gbps"] == pytest.approx(32e3 / 60e3)
+    assert allgather["busbw_gbps"] == pytest.approx(32e3 / 60e3 * 0.5)
+    assert allgather["transfer_busbw_gbps"] == pytest.approx(32e3 / 50e3 * 0.5)
+    assert bw[(0, "broadcast")]["busbw_gbps"] == pytest.approx(8 * 40 / 10e3)  # factor 1
+
+
+def test_step_sync(inter_node):
+    (step,) = rows(inter_node, "SELECT * FROM step_sync")
+    assert step["step"] == 1 and step["ranks"] == 2 and step["collectives"] == 3
+    # Rank 0 waited 30 + 0 + 2 us, rank 1 10 us: the others waited for rank 1.
+    assert step["straggler_rank"] == 1 and step["straggler_last_arrivals"] == 2
+    assert step["wait_ns"] == 42_000 and step["max_skew_ns"] == 30_000
+    # Nothing computes while the collectives run: all 160 + 138 us are exposed, 42 us of it waiting.
+    assert step["exposed_comm_ns"] == 298_000 and step["exposed_wait_ns"] == 42_000
+    assert step["exposed_transfer_ns"] == 256_000 and step["wait_share"] == pytest.approx(42 / 298)
+
+
+def test_derived_network_traffic(inter_node):
+    windows = rows(inter_node, "SELECT * FROM net_utilization WHERE source = 'collectives' ORDER BY host")
+    # One 100 ms window per host; the NIC moves factor x S once per host per collective.
+    assert [(w["host"], w["interface"], w["tx_bytes"]) for w in windows] == [
+        ("host-a", "network", 4_000_000 + 2_000 + 40), ("host-b", "network", 4_000_000 + 2_000 + 40),
+    ]
+    assert windows[0]["window_end_ns"] - windows[0]["window_start_ns"] == 100_000_000
+    assert windows[0]["utilization"] == pytest.approx(8 * 4_002_040 / 1e8 / 800)
+    summary = rows(inter_node, "SELECT * FROM network_summary WHERE host = 'host-a'")
+    assert summary[0]["comm_windows"] == 1 and summary[0]["peak_gbps"] == pytest.approx(8 * 4_002_040 / 1e8)
+
+
+def test_intra_node_without_a_rate_is_flagged(tmp_path):
+    store = ingest(tmp_path, ("same", "same"), {"link_gbps": 800})
+    bw = rows(store, "SELECT DISTINCT scope, link_gbps, link_source, utilization FROM collective_bw")
+    assert bw == [{"scope": "intra", "link_gbps": None, "link_source": "unknown: no intra-node link rate was given", "utilization": None}]
+    given = ingest(tmp_path / "given", ("same", "same"), {"link_gbps": 800, "intra_link_gbps": 2400})
+    assert {r["link_gbps"] for r in rows(given, "SELECT link_gbps FROM collective_bw")} == {2400}
+
+
+def test_unknown_hosts_assume_the_network(tmp_path):
+    store = ingest(tmp_path, (None, None), {"link_gbps": 100})
+    bw = rows(store, "SELECT DISTINCT scope, link_gbps, link_source FROM collective_bw")
+    assert bw == [{"scope": "unknown", "link_gbps": 100, "link_source": "override at ingest (hosts unknown: assumed inter-node)"}]
+
+
+def test_hta_two_rank_traces_match_by_stream_and_step(shared_warehouse):
+    synced = rows(shared_warehouse, "SELECT * FROM collective_sync WHERE run_id = 'sampled_2rank'")
+    assert len(synced) == 10 and all(c["ranks"] == 2 and c["match_method"] == "pg_step_order" for c in synced)
+    assert {c["collective_key"].split(" step")[0] for c in synced} == {"stream 84", "stream 203"}
+    steps = rows(shared_warehouse, "SELECT * FROM step_sync WHERE run_id = 'sampled_2rank' ORDER BY step")
+    assert [s["step"] for s in steps] == [551, 552] and all(0 < s["wait_share"] < 1 for s in steps)
