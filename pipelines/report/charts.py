@@ -103,7 +103,12 @@ def bandwidth_by_size_chart(points: pl.DataFrame) -> alt.LayerChart:
 
 
 def throughput_chart(series: pl.DataFrame) -> alt.LayerChart:
-    """Throughput over time: what the NIC counters saw and what the collectives had to move."""
+    """Throughput over time: what the NIC counters saw and what the collectives had to move.
+
+    Windows in which the collectives moved data are shaded: the communication phases.
+    """
+    phases = series.filter((pl.col("source") == "collectives") & (pl.col("gbps") > 0)).select("t_s", "t_end_s").unique()
+    shading = alt.Chart(phases).mark_rect(color="#f2b701", opacity=0.15).encode(x="t_s:Q", x2="t_end_s:Q")
     lines = (
         alt.Chart(series)
         .mark_line(interpolate="step-after")
@@ -117,7 +122,9 @@ def throughput_chart(series: pl.DataFrame) -> alt.LayerChart:
     )
     rates = series.filter(pl.col("link_gbps").is_not_null()).select("link_gbps").unique()
     rule = alt.Chart(rates).mark_rule(strokeDash=[6, 4], color="#333").encode(y="link_gbps:Q")
-    return alt.layer(lines, rule).properties(width=760, height=260, title="Network throughput over time (line rate dashed)")
+    return alt.layer(shading, lines, rule).properties(
+        width=760, height=260, title="Network throughput over time (communication phases shaded, line rate dashed)"
+    )
 
 
 def wait_vs_transfer_chart(parts: pl.DataFrame) -> alt.Chart:

@@ -14,6 +14,8 @@ SELECT
   host,
   source || ': ' || interface AS series,
   (min(window_start_ns) - any_value(span.t0)) / 1e9 AS t_s,
+  (max(window_end_ns) - any_value(span.t0)) / 1e9 AS t_end_s,
+  any_value(source) AS source,
   8.0 * sum(greatest(rx_bytes, tx_bytes)) / sum(window_end_ns - window_start_ns) AS gbps,
   any_value(link_gbps) AS link_gbps
 FROM shown, span
