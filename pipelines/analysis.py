@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines import sql
+from pipelines import sql, whatif
 from pipelines.kineto.normalize import MAX_PLAUSIBLE_DUR_NS
 from pipelines.settings import Settings
 from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
@@ -36,7 +36,14 @@ BUILD_ORDER = (
     "step_sync",
     "net_utilization",
     "network_summary",
+    "gradient_buckets",
+    "_whatif_scenario",
+    "_whatif_costs",
+    "whatif",
+    "whatif_targets",
 )
+# The what-if tables need their grid, which depends on the run (its N and its line rate).
+WHATIF_START = "_whatif_costs"
 
 
 @dataclass
@@ -68,12 +75,38 @@ def open_version(
     return con
 
 
+def _register_whatif_inputs(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
+    """The run's what-if grid: its own N and multiples, the default line rates plus its own.
+
+    The run's own line rate is that of the link its collectives use: the intra-node rate when all
+    of them stay within one host and that rate is known, else the NIC's.
+    """
+    ranks, link = con.execute(
+        """
+        SELECT
+          (SELECT max(ranks) FROM _whatif_scenario),
+          CASE WHEN (SELECT bool_and(scope = 'intra') FROM collective_bw) AND (SELECT any_value(intra_link_gbps) FROM runs) > 0
+               THEN (SELECT any_value(intra_link_gbps) FROM runs)
+               ELSE (SELECT any_value(link_gbps) FROM runs) END
+        """
+    ).fetchall()[0]
+    ranks = ranks or 1
+    bandwidths = tuple(sorted(set(whatif.DEFAULT_BANDWIDTHS_GBPS) | ({link} if link else set())))
+    grid = whatif.Grid(tuple(ranks * m for m in whatif.DEFAULT_RANK_MULTIPLES), bandwidths, whatif.DEFAULT_COMPRESSIONS)
+    whatif.register_inputs(con, grid, settings.reduce_cost)
+    sql.set_variables(con, fusion="observed", run_link_gbps=link)
+
+
 def analyze_run(run_id: str, version: Path, warehouse: Warehouse, settings: Settings) -> AnalysisSummary:
     """Build every analysis table of the run from its parse tables, into `version`."""
     started = time.perf_counter()
     con = open_version(version, settings, run_id)
     try:
-        rows = {name: sql.materialize(con, name) for name in BUILD_ORDER}
+        rows = {}
+        for name in BUILD_ORDER:
+            if name == WHATIF_START:
+                _register_whatif_inputs(con, settings)
+            rows[name] = sql.materialize(con, name)
         for name in ANALYSIS_TABLES:
             sql.write_parquet(con, f'"{name}"', warehouse.table_dir(version, name) / "part-0.parquet")
     finally:

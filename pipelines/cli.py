@@ -94,6 +94,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_whatif(args: argparse.Namespace) -> int:
+    from pipelines.whatif_command import print_rows, whatif_rows
+
+    print_rows(whatif_rows(args, _warehouse_dir(args.warehouse)), args.format, sys.stdout)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pipelines.demo import run_demo
 
@@ -139,6 +146,25 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("-o", "--output", help="file to write (default: the warehouse's reports folder)")
     report.add_argument("--warehouse", help=warehouse_help)
     report.set_defaults(run=cmd_report)
+
+    what = commands.add_parser("whatif", help="predict scaling if every all-reduce ran at full line rate")
+    what.add_argument("run_id", nargs="?", metavar="RUN_ID", help="replay this run's own gradient buckets")
+    what.add_argument("--timeline", help="or a CSV with header ready_us,bytes: one gradient per row, in ready order")
+    what.add_argument("--ranks", help="rank counts N (default: the run's N, 8N, 64N; 16,32,64 for a timeline)")
+    what.add_argument("--bandwidth", help="line rates in Gbit/s (default: 1,10,25,40,100,200,400)")
+    what.add_argument("--compression", help="compression ratios, at least 1 (default: 1,2,5,10)")
+    what.add_argument("--compute-ms", type=float, help="step time without communication, t_1 (required with --timeline)")
+    what.add_argument("--baseline", metavar="RUN_ID", help="take t_1 from this run's median step (e.g. one device)")
+    what.add_argument("--fusion", choices=("horovod", "ddp", "none", "observed"),
+                      help="how gradients become buckets (default: observed for a run, horovod for a timeline)")
+    what.add_argument("--cycle-ms", type=float, default=5.0, help="horovod: cycle time (default 5)")
+    what.add_argument("--fusion-mib", type=float, default=64.0, help="horovod: fusion buffer size (default 64)")
+    what.add_argument("--bucket-mib", type=float, default=25.0, help="ddp: bucket cap (default 25)")
+    what.add_argument("--reduce-cost", help="CSV rows bytes,seconds: the device's time to add that many bytes")
+    what.add_argument("--target", default="0.95,0.99", help="scaling factors to reach (default 0.95,0.99)")
+    what.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    what.add_argument("--warehouse", help=warehouse_help)
+    what.set_defaults(run=cmd_whatif)
 
     demo = commands.add_parser("demo", help="capture a 2-rank gloo DDP run, ingest it with a real A100 trace, write reports")
     demo.add_argument("--warehouse", help=warehouse_help)

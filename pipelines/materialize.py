@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 from tqdm import tqdm
 
-from pipelines import sql
+from pipelines import rollups, settings, sql
 from pipelines.defs.ingest.assets import analyzed_run, normalized_run
 from pipelines.defs.partitions import runs_partitions
 from pipelines.defs.reports.assets import run_report
@@ -34,6 +34,7 @@ class IngestResult:
     error: str | None = None
     failed_checks: list[str] = field(default_factory=list)
     exposed_comm_share: float | None = None
+    bottleneck: str | None = None
     report: Path | None = None
 
     def describe(self) -> str:
@@ -41,7 +42,7 @@ class IngestResult:
             return f"{self.run_id}: FAILED: {self.error}"
         share = "no communication found" if self.exposed_comm_share is None else f"exposed communication {self.exposed_comm_share:.1%} of step time"
         checks = f"; checks failed: {', '.join(self.failed_checks)}" if self.failed_checks else ""
-        return f"{self.run_id}: {share}{checks}; report {self.report}"
+        return f"{self.run_id}: {share}; {self.bottleneck}{checks}; report {self.report}"
 
 
 class BarProgress(IngestProgress):
@@ -107,13 +108,13 @@ def _result(outcome: dg.ExecuteInProcessResult, run_id: str, path: Path, store: 
         error = failures[0].event_specific_data.error.message.strip() if failures else "the run failed"
         return IngestResult(run_id, path, False, error.splitlines()[0])
     failed = [e.check_name for e in outcome.get_asset_check_evaluations() if not e.passed]
-    con = store.connect()
+    con = rollups.session(store, settings.load(store.root))
     try:
+        rollups.recompute(con)
         sql.set_variables(con, run_id=run_id)
-        row = con.sql(sql.report_query("headline")).fetchall()
-        columns = con.sql(sql.report_query("headline")).columns
+        relation = con.sql(sql.report_query("verdict"))
+        verdict = dict(zip(relation.columns, relation.fetchall()[0], strict=True))
     finally:
         con.close()
-    headline = dict(zip(columns, row[0], strict=True)) if row else {}
-    share = headline.get("exposed_comm_share") if headline.get("collectives") else None
-    return IngestResult(run_id, path, True, None, failed, share, store.report_path(run_id))
+    share = verdict["exposed_comm_share"] if verdict["bottleneck"] != "no communication found" else None
+    return IngestResult(run_id, path, True, None, failed, share, verdict["bottleneck"], store.report_path(run_id))

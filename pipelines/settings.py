@@ -8,7 +8,18 @@ A warehouse may hold a `wirespeed.toml`:
     # kernels, DeepEP dispatch/combine, NVSHMEM, ...
     patterns = ["^my_allreduce_kernel", "dispatch_kernel"]
 
-The patterns add to the built-in ones; they never replace them.
+The patterns add to the built-in ones; they never replace them. Also:
+
+    [whatif]
+    # The device's time to add x bytes, as CSV rows `bytes,seconds` (relative to this file).
+    reduce_cost = "a100_vector_add.csv"
+
+    [verdict]
+    exposed_share_min = 0.05     # below this, the run is not communication-bound
+    wait_share_min = 0.5         # from this share of exposed time spent waiting: straggler-bound
+    full_rate_sf_min = 0.9       # a what-if SF at full line rate below this: bandwidth-bound
+    utilization_max = 0.5        # achieved utilisation below this (and the above not met): transport-bound
+    compute_inflation_max = 0.15 # compute per step growing more than this with N: compute explains loss
 """
 
 from __future__ import annotations
@@ -16,8 +27,10 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from pipelines import whatif
 
 CONFIG_FILE = "wirespeed.toml"
 
@@ -37,10 +50,22 @@ BUILTIN_COMM_PATTERNS: tuple[str, ...] = (
 )
 
 
+# Thresholds of the verdict's bottleneck classes (docs/whatif.md explains each).
+DEFAULT_VERDICT = {
+    "exposed_share_min": 0.05,
+    "wait_share_min": 0.5,
+    "full_rate_sf_min": 0.9,
+    "utilization_max": 0.5,
+    "compute_inflation_max": 0.15,
+}
+
+
 @dataclass(frozen=True)
 class Settings:
     comm_patterns: tuple[str, ...] = BUILTIN_COMM_PATTERNS
     threads: int = max(1, os.cpu_count() or 1)
+    reduce_cost: tuple[tuple[int, float], ...] = whatif.DEFAULT_REDUCE_COST
+    verdict: dict = field(default_factory=lambda: dict(DEFAULT_VERDICT))
 
     def comm_regex(self) -> str:
         """All communication patterns as one regular expression, each kept apart in its group."""
@@ -64,4 +89,11 @@ def load(warehouse_root: Path) -> Settings:
             re.compile(pattern)
         except re.error as bad:
             raise ValueError(f"{path}: pattern {pattern!r} is not a regular expression: {bad}") from bad
-    return Settings(comm_patterns=BUILTIN_COMM_PATTERNS + tuple(extra))
+    cost_file = config.get("whatif", {}).get("reduce_cost")
+    reduce_cost = tuple(whatif.read_reduce_cost(path.parent / cost_file)) if cost_file else whatif.DEFAULT_REDUCE_COST
+    verdict = dict(DEFAULT_VERDICT)
+    for key, value in config.get("verdict", {}).items():
+        if key not in DEFAULT_VERDICT or not isinstance(value, (int, float)):
+            raise ValueError(f"{path}: [verdict] {key} is not one of {sorted(DEFAULT_VERDICT)} with a number")
+        verdict[key] = float(value)
+    return Settings(BUILTIN_COMM_PATTERNS + tuple(extra), reduce_cost=reduce_cost, verdict=verdict)

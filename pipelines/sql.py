@@ -57,6 +57,11 @@ class TableSql:
         casts = ",\n  ".join(f'CAST("{c.name}" AS {c.type}) AS "{c.name}"' for c in self.columns)
         return f"SELECT\n  {casts}\nFROM (\n{self.query}\n) AS _result"
 
+    def select_from(self, relation: str) -> str:
+        """The documented columns, cast, read from another relation instead of this file's query."""
+        casts = ",\n  ".join(f'CAST("{c.name}" AS {c.type}) AS "{c.name}"' for c in self.columns)
+        return f'SELECT\n  {casts}\nFROM "{relation}"'
+
     def empty(self) -> str:
         """A query returning no rows with the table's columns, for schema-only files."""
         casts = ", ".join(f'CAST(NULL AS {c.type}) AS "{c.name}"' for c in self.columns)
@@ -139,6 +144,12 @@ def materialize(con: duckdb.DuckDBPyConnection, name: str) -> int:
     except duckdb.Error as error:
         error.add_note(f"while building sql/{name}.sql")
         raise
+    return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
+
+
+def materialize_from(con: duckdb.DuckDBPyConnection, name: str, relation: str) -> int:
+    """Build table `name` from another relation of this connection, under `name`'s contract."""
+    con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS {table(name).select_from(relation)}').fetchall()
     return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 
 

@@ -48,10 +48,13 @@ ANALYSIS_TABLES = (
     "step_sync",
     "net_utilization",
     "network_summary",
+    "gradient_buckets",
+    "whatif",
+    "whatif_targets",
 )
 TABLES = PARSE_TABLES + ANALYSIS_TABLES
 # Tables over all runs, rebuilt whole by scheduled roll-ups.
-ROLLUP_TABLES = ("run_summary",)
+ROLLUP_TABLES = ("run_summary", "scaling", "verdict")
 
 SCHEMA_DIR = "_schema"
 # Old versions stay readable this long after being replaced, for queries that already listed them.
@@ -235,8 +238,8 @@ class Warehouse:
                 shutil.rmtree(version, ignore_errors=True)
 
     def replace_rollup(self, name: str, con: duckdb.DuckDBPyConnection) -> int:
-        """Rebuild roll-up table `name` from this session's views and swap its file in atomically."""
-        rows = sql.materialize(con, name)
+        """Write roll-up table `name`, already built in this session, and swap its file in atomically."""
+        rows = con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
         target = self.rollups_dir / name / "part-0.parquet"
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")

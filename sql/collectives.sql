@@ -36,6 +36,8 @@
 --   in_nelems BIGINT  Elements in the input.
 --   out_nelems BIGINT  Elements in the output.
 --   bytes BIGINT  Message size S in bytes (nccl-tests convention); NULL when unknown.
+--   launched_ns BIGINT  When the kernel was launched (its runtime call, joined by correlation);
+--       NULL on the CPU timeline.
 --   start_ns BIGINT  Start, ns since the Unix epoch.
 --   end_ns BIGINT  End.
 --   dur_ns BIGINT  Duration in ns, waiting for peers included.
@@ -54,6 +56,12 @@ default_groups AS (
   FROM process_groups
   WHERE pg_desc = 'default_pg'
   GROUP BY rank
+),
+launches AS (
+  SELECT rank, file_index, correlation, min(ts_ns) AS launched_ns
+  FROM trace_events
+  WHERE cat IN ('cuda_runtime', 'cuda_driver', 'Runtime', 'Driver') AND correlation IS NOT NULL
+  GROUP BY ALL
 ),
 cpu_metadata AS (
   SELECT rank, file_index, external_id,
@@ -76,6 +84,7 @@ device_instances AS (
     coalesce(e.dtype, m.dtype) AS dtype,
     coalesce(e.in_nelems, m.in_nelems) AS in_nelems,
     coalesce(e.out_nelems, m.out_nelems) AS out_nelems,
+    l.launched_ns,
     e.ts_ns AS start_ns,
     e.ts_ns + e.dur_ns AS end_ns,
     e.name AS kernel,
@@ -89,6 +98,7 @@ device_instances AS (
   FROM trace_events AS e
   JOIN timelines AS t ON t.rank = e.rank AND t.timeline = 'device'
   LEFT JOIN cpu_metadata AS m ON m.rank = e.rank AND m.file_index = e.file_index AND m.external_id = e.external_id
+  LEFT JOIN launches AS l ON l.rank = e.rank AND l.file_index = e.file_index AND l.correlation = e.correlation
   WHERE e.ph = 'X' AND is_device_event(e.cat) AND is_comm_event(e.collective, e.name)
     AND is_valid_interval(e.ts_ns, e.dur_ns)
 ),
@@ -108,6 +118,7 @@ cpu_instances AS (
       WHEN collective_op(e.name) = 'reducescatter' THEN dims_elements(e.input_dims) // g.pg_size
       ELSE dims_elements(e.input_dims)
     END AS out_nelems,
+    CAST(NULL AS BIGINT) AS launched_ns,
     e.ts_ns AS start_ns,
     e.ts_ns + e.dur_ns AS end_ns,
     e.name AS kernel,
@@ -159,6 +170,7 @@ SELECT
     WHEN op IN ('allgather', 'recv') THEN out_nelems * dtype_bytes(dtype)
     ELSE in_nelems * dtype_bytes(dtype)
   END AS bytes,
+  launched_ns,
   start_ns,
   end_ns,
   end_ns - start_ns AS dur_ns,

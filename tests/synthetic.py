@@ -27,6 +27,7 @@ class Kernel:
     seq: int | None = None
     comms_id: int | None = None
     stream: int = 7
+    launch_us: float | None = None  # default: just after the start of the step it runs in
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Rank:
     host: str
     steps: list[tuple[int, float, float]]  # (step number, start us, duration us) on the CPU
     kernels: list[Kernel] = field(default_factory=list)
+    cpu_ops: list[tuple[str, float, float]] = field(default_factory=list)  # (name, start us, duration us)
 
 
 def write_run(folder: Path, ranks: list[Rank], world_size: int, pg_ranks: list[int] | None = None) -> Path:
@@ -44,6 +46,8 @@ def write_run(folder: Path, ranks: list[Rank], world_size: int, pg_ranks: list[i
         for number, start, dur in rank.steps:
             events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": 10, "tid": 10,
                            "ts": start, "dur": dur, "args": {"External id": number}})
+        for name, start, dur in rank.cpu_ops:
+            events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 10, "tid": 11, "ts": start, "dur": dur, "args": {}})
         for index, kernel in enumerate(rank.kernels):
             correlation = 1000 + index
             args = {"correlation": correlation, "stream": kernel.stream, "device": 0, "External id": 5000 + index}
@@ -59,7 +63,7 @@ def write_run(folder: Path, ranks: list[Rank], world_size: int, pg_ranks: list[i
                 if kernel.comms_id is not None:
                     args["Comms Id"] = kernel.comms_id
             # The launch happens on the CPU inside the step, a little before the kernel runs.
-            launch = _launch_time(rank, kernel.start_us)
+            launch = kernel.launch_us if kernel.launch_us is not None else _launch_time(rank, kernel.start_us)
             events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 10,
                            "ts": launch, "dur": 1, "args": {"correlation": correlation}})
             events.append({"ph": "X", "cat": "kernel", "name": kernel.name, "pid": 0, "tid": kernel.stream,

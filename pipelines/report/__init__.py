@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines import checks, sql
+from pipelines import checks, rollups, sql
 from pipelines.analysis import open_version
 from pipelines.checks import Verdict
 from pipelines.report import charts
@@ -29,13 +29,14 @@ def _rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict]:
 
 
 def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict]) -> str:
-    """The report's HTML, from a session whose views hold the run's published tables."""
+    """The report's HTML, from a roll-up session (every published run, roll-ups recomputed)."""
     sql.set_variables(con, run_id=run_id, max_stretches=MAX_STRETCHES, max_points=MAX_POINTS)
     headline = _rows(con, "headline")
     if not headline:
         raise LookupError(f"run {run_id!r} has no published tables")
     run = headline[0]
     page = Page(f"wirespeed report: {run_id}")
+    page.add("Is the network the bottleneck?", _verdict(_rows(con, "verdict")))
     page.add("Is communication exposed?", _summary(run, verdicts))
     page.add("Checks", _checks(verdicts))
 
@@ -69,6 +70,7 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
         table(_rows(con, "collective_mix"), {"total_mb": ".3f", "median_mb": ".3f", "median_us": ".1f"}),
     )
     page.add("Bandwidth", _bandwidth(con, page))
+    page.add("What if the network ran at full line rate?", _whatif(con, page))
     page.add("What ingestion skipped or doubted", table(_rows(con, "issues")))
     page.add("How to read this", _reading_notes())
     return page.render()
@@ -94,6 +96,51 @@ def _bandwidth(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     stragglers = _rows(con, "stragglers")
     if any(row["straggler_rank"] is not None for row in stragglers):
         parts.append(table(stragglers, {"max_skew_ms": ".3f", "exposed_comm_ms": ".3f", "wait_share": ".1%"}))
+    return "".join(parts)
+
+
+def _verdict(rows: list[dict]) -> str:
+    if not rows:
+        return paragraph("No verdict: the run has no published tables.")
+    verdict = rows[0]
+
+    def share(value, digits=1):
+        return "unknown" if value is None else f"{value:.{digits}%}"
+
+    facts = [
+        ("exposed communication", share(verdict["exposed_comm_share"])),
+        ("of which waiting for other ranks", share(verdict["wait_share"], 0)),
+        ("achieved bus bandwidth", "unknown" if verdict["achieved_busbw_gbps"] is None else f"{verdict['achieved_busbw_gbps']:.3f} Gbit/s"),
+        ("utilisation of the line rate", share(verdict["utilization"])),
+        ("scaling factor at full line rate (what-if)", "unknown" if verdict["full_rate_sf"] is None else f"{verdict['full_rate_sf']:.3f}"),
+        ("measured scaling factor", "no baseline run" if verdict["measured_sf"] is None else f"{verdict['measured_sf']:.3f} (baseline: {verdict['baseline_kind']})"),
+        ("estimated scaling factor (1 - exposed share)", "unknown" if verdict["estimated_sf"] is None else f"{verdict['estimated_sf']:.3f}"),
+    ]
+    rows_html = "".join(f"<tr><th>{text(k)}</th><td>{text(v)}</td></tr>" for k, v in facts)
+    return (
+        f"<p class='headline'><strong>{text(verdict['bottleneck'])}</strong>. {text(verdict['explanation'])}</p>"
+        f"<table>{rows_html}</table>"
+    )
+
+
+def _whatif(con: duckdb.DuckDBPyConnection, page: Page) -> str:
+    """The what-if grid as a heatmap, what it takes to reach the targets, and scaling across the job."""
+    grid = con.sql(sql.report_query("whatif_grid")).pl()
+    if not grid.height:
+        return paragraph(
+            "No what-if: the traces show no gradient all-reduce issued during backward "
+            "(no `autograd::engine::evaluate_function` operators, or no allreduce/reducescatter after them)."
+        )
+    parts = [page.chart(charts.whatif_heatmap(grid, 0.95))]
+    parts.append(table(_rows(con, "whatif_needs"), {"target": ".2f", "min_bandwidth_gbps": ".1f"}))
+    scaling = con.sql(sql.report_query("job_scaling")).pl()
+    if scaling.height:
+        parts.append(page.chart(charts.job_scaling_chart(scaling)))
+    parts.append(paragraph(
+        "The model replays the run's gradient buckets, in the order and at the times they became ready during "
+        "backward, through one all-reduce channel at full line rate (docs/whatif.md). It leaves out latency, the "
+        "intra-node stage, contention, stragglers and the cost of compressing."
+    ))
     return "".join(parts)
 
 
@@ -171,6 +218,11 @@ def report_run(store: Warehouse, settings: Settings, run_id: str, target: Path |
     con = open_version(version, settings, run_id, TABLES)
     try:
         verdicts = [checks.judge(check, con) for check in checks.PARSE_CHECKS + checks.ANALYSIS_CHECKS]
+    finally:
+        con.close()
+    con = rollups.session(store, settings)
+    try:
+        rollups.recompute(con)
         html = render(con, run_id, verdicts)
     finally:
         con.close()

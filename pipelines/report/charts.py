@@ -142,3 +142,41 @@ def wait_vs_transfer_chart(parts: pl.DataFrame) -> alt.Chart:
         )
         .properties(width=max(160, 28 * parts["step"].n_unique()), height=220, title="Exposed communication: waiting or moving data?")
     )
+
+
+def whatif_heatmap(grid: pl.DataFrame, target: float) -> alt.LayerChart:
+    """The what-if scaling factor over line rate and compression; cells reaching `target` are outlined."""
+    data = grid.with_columns((pl.col("scaling_factor") >= target).alias("reaches_target"))
+    base = alt.Chart(data).encode(
+        x=alt.X("bandwidth_gbps:O", title="line rate (Gbit/s)"),
+        y=alt.Y("compression:O", title="compression ratio", sort="descending"),
+    )
+    cells = base.mark_rect(stroke="#000").encode(
+        color=alt.Color("scaling_factor:Q", title="scaling factor", scale=alt.Scale(domain=[0, 1], scheme="redyellowgreen")),
+        strokeWidth=alt.condition(alt.datum.reaches_target, alt.value(2), alt.value(0)),
+        tooltip=[
+            alt.Tooltip("bandwidth_gbps:Q", title="Gbit/s"),
+            alt.Tooltip("compression:Q"),
+            alt.Tooltip("scaling_factor:Q", format=".3f"),
+            alt.Tooltip("exposed_ms:Q", format=".3f", title="exposed ms per step"),
+        ],
+    )
+    labels = base.mark_text(fontSize=11).encode(text=alt.Text("scaling_factor:Q", format=".2f"))
+    return alt.layer(cells, labels).properties(
+        width=520, height=200, title=f"Predicted scaling factor at full line rate (outlined: at least {target:g})"
+    )
+
+
+def job_scaling_chart(points: pl.DataFrame) -> alt.Chart:
+    """Scaling factor against ranks for the runs of one job: measured, predicted, estimated."""
+    return (
+        alt.Chart(points)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("ranks:Q", title="ranks", scale=alt.Scale(type="log", base=2)),
+            y=alt.Y("sf:Q", title="scaling factor", scale=alt.Scale(domain=[0, 1.05])),
+            color=alt.Color("kind:N", title=None),
+            tooltip=["run_id:N", "ranks:Q", "kind:N", alt.Tooltip("sf:Q", format=".3f")],
+        )
+        .properties(width=520, height=240, title="Scaling factor of this job's runs: measured, predicted and estimated")
+    )

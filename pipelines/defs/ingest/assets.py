@@ -32,6 +32,9 @@ _DEPS = {
     "step_sync": ["collective_bw", "collective_sync", "step_timeline", "step_breakdown"],
     "net_utilization": ["net_samples", "collective_bw", "rank_breakdown", "ranks", "runs"],
     "network_summary": ["net_utilization"],
+    "gradient_buckets": ["collectives", "steps", "step_breakdown", "trace_events"],
+    "whatif": ["gradient_buckets", "runs"],
+    "whatif_targets": ["gradient_buckets"],
 }
 
 

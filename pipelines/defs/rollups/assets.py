@@ -2,16 +2,22 @@
 
 import dagster as dg
 
+from pipelines import rollups, sql
 from pipelines.defs.resources import WarehouseResource
+from pipelines.warehouse import ROLLUP_TABLES
+
+_DEPS = {"run_summary": [], "scaling": [], "verdict": ["scaling"]}
 
 
-@dg.asset(group_name="rollups", kinds={"parquet", "duckdb"})
-def run_summary(warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """One line per run (exposed communication share, overlap, steps, collectives) to compare runs."""
-    store = warehouse.open()
-    con = store.connect()
-    try:
-        rows = store.replace_rollup("run_summary", con)
-    finally:
-        con.close()
-    return dg.MaterializeResult(metadata={"dagster/row_count": rows})
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec(name, group_name="rollups", kinds={"parquet", "duckdb"}, description=sql.table(name).summary, deps=_DEPS[name])
+        for name in ROLLUP_TABLES
+    ],
+    can_subset=False,
+)
+def cross_run_tables(warehouse: WarehouseResource):
+    """The run summary, scaling across runs of each job, and every run's verdict."""
+    counts = rollups.publish(warehouse.open(), warehouse.settings())
+    for name in ROLLUP_TABLES:
+        yield dg.MaterializeResult(asset_key=name, metadata={"dagster/row_count": counts[name]})

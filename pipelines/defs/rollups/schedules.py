@@ -2,14 +2,14 @@
 
 import dagster as dg
 
-from pipelines.defs.rollups.assets import run_summary
+from pipelines.defs.rollups.assets import cross_run_tables
 
-rollup_job = dg.define_asset_job("rollup_job", selection=[run_summary])
+rollup_job = dg.define_asset_job("rollup_job", selection=[cross_run_tables])
 
 hourly_rollups = dg.ScheduleDefinition(
     name="hourly_rollups",
     job=rollup_job,
     cron_schedule="0 * * * *",
     default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Rebuild the cross-run roll-ups every hour.",
+    description="Rebuild the cross-run roll-ups (run summary, scaling, verdicts) every hour.",
 )

@@ -1,0 +1,130 @@
+-- gradient_buckets: the gradient all-reduces of each step, with when each bucket was ready during backward.
+--
+-- The what-if model's input, read from the run's own trace. Backward begins, on the CPU, with the
+-- step's first `autograd::engine::evaluate_function` operator; gradient buckets are the step's
+-- allreduce and reducescatter collectives issued after that moment (so forward-pass broadcasts
+-- and explicit metric all-reduces before backward do not count).
+-- On the device timeline, backward begins with the first device event launched after it began on
+-- the CPU, and a bucket is ready at the later of (a) its kernel's launch and (b) the end of the last
+-- compute kernel launched before it: the GPU cannot reduce a gradient before computing it, and the
+-- kernel's own start is not used because it is delayed by the collectives queued before it, which
+-- is exactly what the model simulates. On the CPU timeline (gloo) a bucket is ready when its
+-- `c10d::` call was made (DDP calls it from the gradient hook), paired by order with gloo's work
+-- annotations, which carry the sizes. The end of backward is the last bucket's ready time. The
+-- step time without communication is the measured step minus its exposed communication.
+--
+-- Grain: one row per run, rank, step and gradient bucket.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   rank INTEGER  Global rank.
+--   step BIGINT  Step number.
+--   bucket BIGINT  Position of the bucket in ready order, from 1.
+--   collective_key VARCHAR  The collective that reduced it (see collectives).
+--   op VARCHAR  allreduce or reducescatter.
+--   bytes BIGINT  Bucket size S (the collective's message size).
+--   ready_ns BIGINT  When the bucket was ready, ns after backward began (r_j).
+--   backward_ns BIGINT  Length of backward: the last bucket's ready time (T_bk).
+--   compute_ns BIGINT  Step time without communication: step_ns - exposed_comm_ns (t_1).
+--   step_ns BIGINT  The measured step (see step_breakdown).
+--   ranks INTEGER  Ranks taking part in the buckets' collectives (N).
+WITH cpu_steps AS (
+  SELECT rank, step, start_ns, end_ns FROM steps
+),
+backward_start AS (
+  SELECT e.rank, s.step, min(e.ts_ns) AS backward_cpu_ns
+  FROM trace_events AS e
+  ASOF JOIN cpu_steps AS s ON e.rank = s.rank AND e.ts_ns >= s.start_ns
+  WHERE e.ph = 'X' AND e.cat = 'cpu_op' AND starts_with(e.name, 'autograd::engine::evaluate_function:')
+    AND e.ts_ns < s.end_ns
+  GROUP BY e.rank, s.step
+),
+launches AS (
+  SELECT rank, file_index, correlation, min(ts_ns) AS launch_ns
+  FROM trace_events
+  WHERE cat IN ('cuda_runtime', 'cuda_driver', 'Runtime', 'Driver') AND correlation IS NOT NULL
+  GROUP BY ALL
+),
+launched_device_events AS (
+  SELECT
+    e.rank,
+    l.launch_ns,
+    e.ts_ns AS start_ns,
+    e.ts_ns + e.dur_ns AS end_ns,
+    NOT is_comm_event(e.collective, e.name) AND NOT is_memory_event(e.cat, e.name) AS is_compute
+  FROM trace_events AS e
+  JOIN launches AS l ON l.rank = e.rank AND l.file_index = e.file_index AND l.correlation = e.correlation
+  WHERE e.ph = 'X' AND is_device_event(e.cat) AND is_valid_interval(e.ts_ns, e.dur_ns)
+),
+computed_by AS (
+  -- For each launch of a compute kernel: the latest end of any compute kernel launched so far.
+  SELECT rank, launch_ns, max(end_ns) OVER (PARTITION BY rank ORDER BY launch_ns ROWS UNBOUNDED PRECEDING) AS computed_ns
+  FROM launched_device_events
+  WHERE is_compute
+),
+device_backward AS (
+  SELECT b.rank, b.step, b.backward_cpu_ns, min(d.start_ns) AS backward_start_ns
+  FROM backward_start AS b
+  JOIN cpu_steps AS s USING (rank, step)
+  JOIN launched_device_events AS d ON d.rank = b.rank AND d.launch_ns >= b.backward_cpu_ns AND d.launch_ns < s.end_ns
+  GROUP BY b.rank, b.step, b.backward_cpu_ns
+),
+device_buckets AS (
+  SELECT c.rank, c.step, c.collective_key, c.op, c.bytes, c.group_size,
+    greatest(c.launched_ns, coalesce(k.computed_ns, c.launched_ns)) - b.backward_start_ns AS ready_ns
+  FROM collectives AS c
+  JOIN device_backward AS b USING (rank, step)
+  ASOF LEFT JOIN computed_by AS k ON k.rank = c.rank AND c.launched_ns > k.launch_ns
+  WHERE c.timeline = 'device' AND c.op IN ('allreduce', 'reducescatter') AND c.launched_ns >= b.backward_cpu_ns
+),
+cpu_calls AS (
+  SELECT e.rank, s.step, collective_op(e.name) AS op, e.ts_ns AS call_ns,
+    row_number() OVER (PARTITION BY e.rank, s.step, collective_op(e.name) ORDER BY e.ts_ns) AS position
+  FROM trace_events AS e
+  ASOF JOIN cpu_steps AS s ON e.rank = s.rank AND e.ts_ns >= s.start_ns
+  WHERE e.ph = 'X' AND e.cat = 'cpu_op' AND starts_with(e.name, 'c10d::') AND e.ts_ns < s.end_ns
+),
+cpu_work AS (
+  SELECT rank, step, collective_key, op, bytes, group_size, start_ns,
+    row_number() OVER (PARTITION BY rank, step, op ORDER BY start_ns) AS position
+  FROM collectives
+  WHERE timeline = 'cpu' AND step IS NOT NULL
+),
+cpu_buckets AS (
+  SELECT w.rank, w.step, w.collective_key, w.op, w.bytes, w.group_size,
+    coalesce(c.call_ns, w.start_ns) - b.backward_cpu_ns AS ready_ns
+  FROM cpu_work AS w
+  JOIN backward_start AS b USING (rank, step)
+  LEFT JOIN cpu_calls AS c USING (rank, step, op, position)
+  WHERE w.op IN ('allreduce', 'reducescatter') AND coalesce(c.call_ns, w.start_ns) >= b.backward_cpu_ns
+),
+buckets AS (
+  SELECT * FROM device_buckets
+  UNION ALL
+  SELECT * FROM cpu_buckets
+),
+ordered AS (
+  SELECT
+    *,
+    row_number() OVER (PARTITION BY rank, step ORDER BY ready_ns, collective_key) AS bucket,
+    max(greatest(ready_ns, 0)) OVER (PARTITION BY rank, step) AS backward_ns,
+    max(group_size) OVER (PARTITION BY rank, step) AS ranks
+  FROM buckets
+  WHERE bytes > 0
+)
+SELECT
+  getvariable('run_id') AS run_id,
+  o.rank,
+  o.step,
+  o.bucket,
+  o.collective_key,
+  o.op,
+  o.bytes,
+  greatest(o.ready_ns, 0) AS ready_ns,
+  o.backward_ns,
+  b.step_ns - b.exposed_comm_ns AS compute_ns,
+  b.step_ns,
+  o.ranks
+FROM ordered AS o
+JOIN step_breakdown AS b USING (rank, step)
+ORDER BY o.rank, o.step, o.bucket

@@ -1,0 +1,12 @@
+-- What it takes to reach each target scaling factor, per rank count: the least uncompressed line
+-- rate, and the least compression at each line rate of the grid. From whatif_targets.
+SELECT
+  ranks,
+  target,
+  any_value(min_bandwidth_gbps) AS min_bandwidth_gbps,
+  string_agg(printf('%g Gbit/s: %s', bandwidth_gbps, coalesce(printf('%.2fx', min_compression), 'unreachable')), ', '
+    ORDER BY bandwidth_gbps) AS min_compression_by_line_rate
+FROM whatif_targets
+WHERE run_id = getvariable('run_id') AND fusion = 'observed'
+GROUP BY ranks, target
+ORDER BY ranks, target
