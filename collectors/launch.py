@@ -75,6 +75,8 @@ def collect(
         sampling = [sampler.stop() | {"host": host.hostname()}] if sampler else []
     launch = {
         "command": command,
+        # NCCL writes local wall-clock timestamps; this says which zone they are in.
+        "utc_offset_s": int(dt.datetime.now().astimezone().utcoffset().total_seconds()),
         "launcher_host": host.hostname(),
         "started_ns": started,
         "ended_ns": time.time_ns(),

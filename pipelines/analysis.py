@@ -41,6 +41,7 @@ BUILD_ORDER = (
     "_whatif_costs",
     "whatif",
     "whatif_targets",
+    "nccl_crosscheck",
 )
 # The what-if tables need their grid, which depends on the run (its N and its line rate).
 WHATIF_START = "_whatif_costs"

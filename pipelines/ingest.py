@@ -22,6 +22,7 @@ from pipelines import sql
 from pipelines.issues import ParseIssue
 from pipelines.kineto import normalize
 from pipelines.kineto.splitter import CannotCut, NotATrace
+from pipelines.nccl.logfile import read_log
 from pipelines.settings import Settings
 from pipelines.sources import RunSource
 from pipelines.warehouse import Warehouse
@@ -69,8 +70,12 @@ def parse_run(
             if progress:
                 progress(path.stat().st_size)
         normalize.cleanup(work_root)
+        if not parsed:
+            # No trace could be read (or the run has logs only): the table still needs its schema.
+            sql.write_parquet(con, f"({sql.table('trace_events').empty()})", events_dir / "part-empty.parquet")
         for table, files in (("net_samples", source.net_sample_files), ("cpu_samples", source.cpu_sample_files)):
             _write_samples(con, table, files, warehouse.table_dir(version, table), source.run_id, issues)
+        _write_logs(con, source, version, warehouse, issues, progress)
         kept = _drop_duplicate_ranks(parsed, issues)
         rank_rows = [p.row for p in kept]
         _write_rows(con, "ranks", rank_rows, warehouse.table_dir(version, "ranks"))
@@ -128,6 +133,7 @@ def _parse_file(
         "trace_file": str(path),
         "rank_source": rank_source,
         "host": _host_of(trace.meta, source.manifest, rank),
+        "pid": stats.pid,
         "world_size": info.get("world_size"),
         "backend": info.get("backend"),
         "device_name": devices[0].get("name") if devices and isinstance(devices[0], dict) else None,
@@ -165,6 +171,38 @@ def _write_samples(
         issues.append(ParseIssue(file, line, None, "warning", f"counter sample skipped: {message}"))
     con.execute("DELETE FROM reject_errors").fetchall()
     con.execute("DELETE FROM reject_scans").fetchall()
+
+
+NCCL_TABLES = ("nccl_comms", "nccl_connections", "nccl_calls", "nccl_messages", "nccl_tests_results")
+
+
+def _write_logs(
+    con: duckdb.DuckDBPyConnection,
+    source: RunSource,
+    version: Path,
+    warehouse: Warehouse,
+    issues: list[ParseIssue],
+    progress: Progress | None,
+) -> None:
+    """Parse every NCCL log of the run into the nccl_* tables; a file that cannot be read is an issue."""
+    rows: dict[str, list[dict]] = {name: [] for name in NCCL_TABLES}
+    offset = source.manifest.get("utc_offset_s") if isinstance(source.manifest.get("utc_offset_s"), int) else 0
+    for path in source.nccl_log_files:
+        try:
+            parsed = read_log(path, source.run_id, offset)
+        except OSError as bad:
+            issues.append(ParseIssue(str(path), None, None, "error", f"not ingested: {bad}"))
+            continue
+        rows["nccl_comms"] += parsed.comms
+        rows["nccl_connections"] += parsed.connections
+        rows["nccl_calls"] += parsed.calls
+        rows["nccl_messages"] += parsed.messages
+        rows["nccl_tests_results"] += parsed.tests
+        issues.extend(parsed.issues)
+        if progress:
+            progress(path.stat().st_size)
+    for name in NCCL_TABLES:
+        _write_rows(con, name, rows[name], warehouse.table_dir(version, name))
 
 
 def _host_of(meta: dict, manifest: dict, rank: int) -> str | None:

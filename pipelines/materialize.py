@@ -3,7 +3,8 @@
 The CLI runs exactly what the scheduled pipeline runs (the same assets, checks and resources),
 only in-process and on the paths it is given, registered as dynamic partitions first. With
 DAGSTER_HOME set the runs are recorded in that instance and show up in the Dagster UI; without it
-they use a throwaway in-memory instance.
+they use a throwaway in-memory instance. Afterwards it rebuilds the cross-run roll-ups (which the
+schedule otherwise does hourly), so a query right after an ingest sees its verdict.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ class IngestResult:
     def describe(self) -> str:
         if not self.success:
             return f"{self.run_id}: FAILED: {self.error}"
-        share = "no communication found" if self.exposed_comm_share is None else f"exposed communication {self.exposed_comm_share:.1%} of step time"
+        share = f"exposed communication {self.exposed_comm_share:.1%} of step time; " if self.exposed_comm_share is not None else ""
         checks = f"; checks failed: {', '.join(self.failed_checks)}" if self.failed_checks else ""
-        return f"{self.run_id}: {share}; {self.bottleneck}{checks}; report {self.report}"
+        return f"{self.run_id}: {share}{self.bottleneck}{checks}; report {self.report}"
 
 
 class BarProgress(IngestProgress):
@@ -83,7 +84,10 @@ def ingest_paths(
     dagster = instance()
     known = set(dagster.get_dynamic_partitions(runs_partitions.name))
     dagster.add_dynamic_partitions(runs_partitions.name, [n for n in names if n not in known])
-    total = sum(p.stat().st_size for _, path in runs for p in discover(path).trace_files if p.exists())
+    total = 0
+    for _, path in runs:
+        source = discover(path)
+        total += sum(p.stat().st_size for p in source.trace_files + source.nccl_log_files if p.exists())
     resource = WarehouseResource(root=str(store.root), landing=os.environ.get("WIRESPEED_LANDING", "landing"))
     results = []
     with tqdm(total=total, unit="B", unit_scale=True, desc="ingest", disable=not progress) as bar:
@@ -99,6 +103,7 @@ def ingest_paths(
                 raise_on_error=False,
             )
             results.append(_result(outcome, name, path, store))
+    rollups.publish(store, settings.load(store.root))
     return results
 
 
@@ -116,5 +121,5 @@ def _result(outcome: dg.ExecuteInProcessResult, run_id: str, path: Path, store: 
         verdict = dict(zip(relation.columns, relation.fetchall()[0], strict=True))
     finally:
         con.close()
-    share = verdict["exposed_comm_share"] if verdict["bottleneck"] != "no communication found" else None
+    share = verdict["exposed_comm_share"] if verdict["bottleneck"] not in ("no communication found", "no traces") else None
     return IngestResult(run_id, path, True, None, failed, share, verdict["bottleneck"], store.report_path(run_id))

@@ -1,10 +1,12 @@
 """Find a run's raw inputs, whatever shape they come in.
 
 Three shapes are accepted:
-- a collector run folder (`manifest.json`, `traces/`, `nccl/`, `_DONE`), written by `collectors`;
+- a collector run folder (`manifest.json`, `traces/`, `nccl/`, `samples/`, `_DONE`), written by
+  `collectors`;
 - a bare folder of Kineto traces from elsewhere (tensorboard_trace_handler or export_chrome_trace
-  output, `.json` or `.json.gz`); its run id is the folder's name;
-- a single trace file; its run id is the file name without its trace suffixes.
+  output, `.json` or `.json.gz`) and/or NCCL logs (`.log`, `.txt`, `.out`, `.err`); its run id is
+  the folder's name;
+- a single trace file or log file; its run id is the file name without its suffixes.
 """
 
 from __future__ import annotations
@@ -18,17 +20,19 @@ from pipelines.issues import ParseIssue
 MANIFEST = "manifest.json"
 DONE_MARKER = "_DONE"
 TRACE_SUFFIXES = (".json", ".json.gz")
-_STRIP_SUFFIXES = (".gz", ".json", ".trace", ".pt")
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+_STRIP_SUFFIXES = (".gz", ".json", ".trace", ".pt", ".log", ".txt", ".out", ".err")
 
 
 @dataclass
 class RunSource:
     run_id: str
     path: Path
-    kind: str  # "collector", "trace folder" or "trace file"
+    kind: str  # "collector", "trace folder", "trace file", "log folder" or "log file"
     trace_files: list[Path]
     manifest: dict = field(default_factory=dict)
     issues: list[ParseIssue] = field(default_factory=list)
+    nccl_log_files: list[Path] = field(default_factory=list)
     net_sample_files: list[Path] = field(default_factory=list)
     cpu_sample_files: list[Path] = field(default_factory=list)
     # Values the user gave at ingest time (`--link-gbps`, ...), which win over the manifest's.
@@ -59,18 +63,23 @@ def discover(path: Path, run_id: str | None = None) -> RunSource:
         raise FileNotFoundError(f"{path} does not exist")
     run_id = run_id or run_id_for(path)
     if path.is_file():
-        return RunSource(run_id, path, "trace file", [path])
+        if path.name.endswith(TRACE_SUFFIXES):
+            return RunSource(run_id, path, "trace file", [path])
+        return RunSource(run_id, path, "log file", [], nccl_log_files=[path])
     issues: list[ParseIssue] = []
     manifest_path = path / MANIFEST
     if manifest_path.exists() or (path / "traces").is_dir():
         manifest = _read_manifest(manifest_path, issues)
         traces = _trace_files(path / "traces")
         samples = path / "samples"
+        logs = sorted(p for p in (path / "nccl").glob("*") if p.is_file() and not p.name.startswith("."))
         return RunSource(
             run_id, path, "collector", traces, manifest, issues,
-            sorted(samples.glob("net.*.csv")), sorted(samples.glob("cpu.*.csv")),
+            logs, sorted(samples.glob("net.*.csv")), sorted(samples.glob("cpu.*.csv")),
         )
-    return RunSource(run_id, path, "trace folder", _trace_files(path), {}, issues)
+    traces = _trace_files(path)
+    logs = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(LOG_SUFFIXES) and not p.name.startswith("."))
+    return RunSource(run_id, path, "trace folder" if traces or not logs else "log folder", traces, {}, issues, logs)
 
 
 def _trace_files(folder: Path) -> list[Path]:

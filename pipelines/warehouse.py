@@ -36,7 +36,20 @@ import duckdb
 from pipelines import sql
 
 # Tables written by parsing a run's raw inputs, and tables derived from them by SQL.
-PARSE_TABLES = ("runs", "ranks", "process_groups", "trace_events", "net_samples", "cpu_samples", "parse_issues")
+PARSE_TABLES = (
+    "runs",
+    "ranks",
+    "process_groups",
+    "trace_events",
+    "net_samples",
+    "cpu_samples",
+    "nccl_comms",
+    "nccl_connections",
+    "nccl_calls",
+    "nccl_messages",
+    "nccl_tests_results",
+    "parse_issues",
+)
 ANALYSIS_TABLES = (
     "steps",
     "collectives",
@@ -51,6 +64,7 @@ ANALYSIS_TABLES = (
     "gradient_buckets",
     "whatif",
     "whatif_targets",
+    "nccl_crosscheck",
 )
 TABLES = PARSE_TABLES + ANALYSIS_TABLES
 # Tables over all runs, rebuilt whole by scheduled roll-ups.

@@ -9,10 +9,9 @@
 -- across its ranks; see collective_sync). Utilisation uses the transfer time, so it measures the
 -- network, not the stragglers.
 --
--- Scope: a collective whose group's ranks all ran on one host is intra-node, and is compared with
--- the run's intra-node link rate when one was given (else its utilisation is NULL and link_source
--- says why); one spanning hosts is inter-node, compared with the NIC's line rate; when the hosts of
--- the group's ranks are not all known, the scope is unknown and the NIC's rate is assumed.
+-- Scope (see collectives): an intra-node collective is compared with the run's intra-node link
+-- rate when one was given (else its utilisation is NULL and link_source says why); an inter-node
+-- one with the NIC's line rate; one of unknown scope is assumed to cross the network.
 --
 -- Grain: one row per run, rank and collective instance.
 --
@@ -36,30 +35,7 @@
 --   link_gbps DOUBLE  Line rate of the link the scope implies, Gbit/s; NULL when unknown.
 --   link_source VARCHAR  Where link_gbps came from, or why it is missing.
 --   utilization DOUBLE  transfer_busbw_gbps / link_gbps (1.0 = line rate).
-WITH rank_hosts AS (
-  SELECT DISTINCT rank, host FROM ranks
-),
-members AS (
-  SELECT pg_name, unnest(members) AS member
-  FROM (
-    SELECT pg_name, any_value(TRY(from_json(pg_ranks, '["INTEGER"]'))) AS members
-    FROM process_groups
-    GROUP BY pg_name
-  )
-),
-group_scope AS (
-  SELECT
-    m.pg_name,
-    CASE
-      WHEN count(h.host) < count(*) THEN 'unknown'
-      WHEN count(DISTINCT h.host) = 1 THEN 'intra'
-      ELSE 'inter'
-    END AS scope
-  FROM members AS m
-  LEFT JOIN rank_hosts AS h ON h.rank = m.member
-  GROUP BY m.pg_name
-),
-links AS (
+WITH links AS (
   SELECT any_value(link_gbps) AS link_gbps, any_value(link_source) AS link_source,
     any_value(intra_link_gbps) AS intra_link_gbps, any_value(intra_link_source) AS intra_link_source
   FROM runs
@@ -67,13 +43,11 @@ links AS (
 rated AS (
   SELECT
     c.*,
-    coalesce(g.scope, 'unknown') AS scope,
     s.transfer_ns,
     s.last_rank,
     busbw_factor(c.op, c.group_size) AS factor
   FROM collectives AS c
   JOIN collective_sync AS s USING (collective_key)
-  LEFT JOIN group_scope AS g ON g.pg_name = c.pg
 )
 SELECT
   getvariable('run_id') AS run_id,

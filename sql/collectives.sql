@@ -18,6 +18,13 @@
 -- step s on one rank is the k-th on every other (ProfilerStep numbers agree across ranks, so ranks
 -- whose profiling windows start at different moments still match).
 --
+-- Where the run has NCCL logs, each instance is tied to its NCCL communicator: the one created on
+-- the same host and process with as many ranks as the group (the k-th group of a size in the trace
+-- takes the k-th communicator of that size). The communicator's connection lines then say whether
+-- the collective crosses hosts (any link over NET) and over which transports. Without them the
+-- scope comes from the hosts of the group's ranks (all on one host: intra; several: inter; some
+-- unknown: unknown).
+--
 -- Grain: one row per run, rank and collective instance.
 --
 -- Columns:
@@ -47,6 +54,11 @@
 --   metadata_source VARCHAR  'kernel', 'record_param_comms', 'kernel name' or 'gloo annotation'.
 --   match_method VARCHAR  How instances are matched across ranks: 'comms_id', 'pg_seq' or
 --       'pg_step_order'.
+--   comm_id VARCHAR  The NCCL communicator it ran on (see nccl_comms), where the logs say.
+--   scope VARCHAR  'intra' (within one host), 'inter' (across hosts) or 'unknown'.
+--   scope_source VARCHAR  'nccl connections', 'hosts' or 'unknown'.
+--   transport VARCHAR  The transports of its communicator's links (e.g. 'NET/IBext_v8, P2P'),
+--       where the NCCL logs say.
 --   collective_key VARCHAR  The same on every rank's instance of one collective (see collective_sync).
 WITH timelines AS (
   SELECT DISTINCT rank, timeline FROM _activity
@@ -144,13 +156,71 @@ with_step AS (
   FROM instances AS i
   ASOF LEFT JOIN windows AS w ON i.rank = w.rank AND i.start_ns >= w.window_start_ns
 ),
+rank_processes AS (
+  SELECT DISTINCT rank, split_part(host, '.', 1) AS host, pid FROM ranks
+),
+groups_in_order AS (
+  SELECT rank, pg_name, pg_size,
+    row_number() OVER (PARTITION BY rank, pg_size ORDER BY TRY_CAST(pg_name AS BIGINT) NULLS LAST, pg_name) - 1 AS k
+  FROM (SELECT DISTINCT rank, pg_name, pg_size FROM process_groups)
+),
+comms_in_order AS (
+  SELECT split_part(host, '.', 1) AS host, pid, nranks, comm_id,
+    row_number() OVER (PARTITION BY host, pid, nranks ORDER BY line) - 1 AS k
+  FROM nccl_comms
+),
+comm_links AS (
+  SELECT
+    comm_id,
+    bool_or(transport = 'NET') AS crosses_hosts,
+    string_agg(DISTINCT CASE WHEN transport = 'NET' THEN regexp_extract(detail, '^NET/[^/]+') ELSE transport END, ', '
+      ORDER BY CASE WHEN transport = 'NET' THEN regexp_extract(detail, '^NET/[^/]+') ELSE transport END) AS transport
+  FROM nccl_connections
+  WHERE comm_id IS NOT NULL
+  GROUP BY comm_id
+),
+members AS (
+  SELECT pg_name, unnest(members) AS member
+  FROM (
+    SELECT pg_name, any_value(TRY(from_json(pg_ranks, '["INTEGER"]'))) AS members
+    FROM process_groups
+    GROUP BY pg_name
+  )
+),
+host_scope AS (
+  SELECT
+    m.pg_name,
+    CASE
+      WHEN count(h.host) < count(*) THEN 'unknown'
+      WHEN count(DISTINCT h.host) = 1 THEN 'intra'
+      ELSE 'inter'
+    END AS scope
+  FROM members AS m
+  LEFT JOIN rank_processes AS h ON h.rank = m.member
+  GROUP BY m.pg_name
+),
+with_comm AS (
+  SELECT
+    w.*,
+    c.comm_id,
+    l.crosses_hosts,
+    l.transport,
+    h.scope AS host_scope
+  FROM with_step AS w
+  LEFT JOIN rank_processes AS p ON p.rank = w.rank
+  LEFT JOIN groups_in_order AS g ON g.rank = w.rank AND g.pg_name = w.pg
+  LEFT JOIN comms_in_order AS c
+    ON c.host = p.host AND c.pid = p.pid AND c.nranks = w.group_size AND c.k = coalesce(g.k, 0)
+  LEFT JOIN comm_links AS l ON l.comm_id = c.comm_id
+  LEFT JOIN host_scope AS h ON h.pg_name = w.pg
+),
 keyed AS (
   SELECT
     *,
     coalesce(trace_seq, row_number() OVER (PARTITION BY rank, coalesce(pg, CAST(stream AS VARCHAR)) ORDER BY start_ns) - 1) AS seq,
     coalesce('pg ' || pg, 'stream ' || stream, 'unknown group') AS group_key,
     row_number() OVER (PARTITION BY rank, coalesce('pg ' || pg, 'stream ' || stream, 'unknown group'), step ORDER BY start_ns) AS position_in_step
-  FROM with_step
+  FROM with_comm
 )
 SELECT
   getvariable('run_id') AS run_id,
@@ -183,6 +253,14 @@ SELECT
     WHEN comms_id IS NOT NULL THEN 'comms_id ' || comms_id
     WHEN trace_seq IS NOT NULL THEN group_key || ' seq ' || trace_seq
     ELSE group_key || ' step ' || coalesce(CAST(step AS VARCHAR), '-') || ' #' || position_in_step
-  END AS collective_key
+  END AS collective_key,
+  comm_id,
+  CASE
+    WHEN crosses_hosts THEN 'inter'
+    WHEN crosses_hosts = false THEN 'intra'
+    ELSE coalesce(host_scope, 'unknown')
+  END AS scope,
+  CASE WHEN crosses_hosts IS NOT NULL THEN 'nccl connections' WHEN host_scope IS NOT NULL THEN 'hosts' ELSE 'unknown' END AS scope_source,
+  transport
 FROM keyed
 ORDER BY rank, start_ns

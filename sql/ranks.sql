@@ -13,6 +13,7 @@
 --   trace_file VARCHAR  Path of the raw trace file.
 --   rank_source VARCHAR  'trace', 'file name' or 'file order'.
 --   host VARCHAR  Host the rank ran on, where known.
+--   pid BIGINT  Process id of the rank (of its CPU events): joins it with its NCCL log lines.
 --   world_size INTEGER  World size the trace states.
 --   backend VARCHAR  Backend the trace states.
 --   device_name VARCHAR  GPU model from the trace's deviceProperties, where it has one.

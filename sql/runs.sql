@@ -9,8 +9,8 @@
 --
 -- Columns:
 --   run_id VARCHAR  The run's id: the manifest's, else the folder's or file's name.
---   source_kind VARCHAR  'collector' (a run folder written by the collectors), 'trace folder' or
---       'trace file'.
+--   source_kind VARCHAR  'collector' (a run folder written by the collectors), 'trace folder',
+--       'trace file', 'log folder' or 'log file'.
 --   source_path VARCHAR  Where the raw inputs are; they are only ever read.
 --   job VARCHAR  The job tag the run was captured under, to group runs of one job.
 --   tags VARCHAR  All user tags from the manifest, as a JSON object.

@@ -44,6 +44,7 @@ WITH exposure AS (
       (SELECT sum(exposed_comm_ns) / nullif(sum(span_ns), 0) FROM rank_breakdown AS b WHERE b.run_id = r.run_id)
     ) AS exposed_comm_share,
     (SELECT count(*) FROM collectives AS c WHERE c.run_id = r.run_id) AS collectives,
+    r.trace_files,
     r.link_gbps AS run_link_gbps
   FROM runs AS r
 ),
@@ -85,6 +86,7 @@ joined AS (
     e.run_id,
     e.exposed_comm_share,
     e.collectives,
+    e.trace_files,
     w.wait_share,
     a.achieved_busbw_gbps,
     coalesce(f.full_rate_gbps, a.link_gbps, e.run_link_gbps) AS link_gbps,
@@ -107,6 +109,7 @@ classified AS (
   SELECT
     *,
     CASE
+      WHEN trace_files = 0 THEN 'no traces'
       WHEN collectives = 0 OR exposed_comm_share IS NULL THEN 'no communication found'
       WHEN exposed_comm_share < getvariable('exposed_share_min') THEN 'not communication-bound'
       WHEN wait_share >= getvariable('wait_share_min') THEN 'straggler-bound'
@@ -122,6 +125,9 @@ SELECT
   run_id,
   bottleneck,
   CASE bottleneck
+    WHEN 'no traces' THEN
+      'The run has no profiler traces, only logs: they show its communicators, links and calls, but nothing '
+      || 'measures how much communication was exposed. Capture traces with the collectors to judge the network.'
     WHEN 'no communication found' THEN
       'No communication was found in the traces, so there is nothing to judge. If the run does communicate '
       || 'through kernels without collective metadata, add their names to [communication] patterns in wirespeed.toml.'

@@ -58,6 +58,7 @@ class EventStats:
     null_times: int
     negative_durations: int
     overlong_durations: int
+    pid: int | None  # the process that wrote the trace: the pid of its CPU events
 
 
 def rank_from_trace(meta: dict, path: Path) -> tuple[int | None, str]:
@@ -158,7 +159,8 @@ def event_stats(con: duckdb.DuckDBPyConnection, part: Path) -> EventStats:
           count(*) FILTER (WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'Kernel', 'Memcpy', 'Memset')),
           count(*) FILTER (WHERE ts_ns IS NULL),
           count(*) FILTER (WHERE dur_ns < 0),
-          count(*) FILTER (WHERE dur_ns > $max_dur)
+          count(*) FILTER (WHERE dur_ns > $max_dur),
+          mode(TRY_CAST(pid AS BIGINT)) FILTER (WHERE cat IN ('cpu_op', 'user_annotation', 'cuda_runtime'))
         FROM read_parquet($part)
         """,
         {"part": str(part), "max_dur": MAX_PLAUSIBLE_DUR_NS},

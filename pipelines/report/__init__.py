@@ -71,6 +71,7 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
     )
     page.add("Bandwidth", _bandwidth(con, page))
     page.add("What if the network ran at full line rate?", _whatif(con, page))
+    page.add("NCCL: communicators, links, calls and errors", _nccl(con, page))
     page.add("What ingestion skipped or doubted", table(_rows(con, "issues")))
     page.add("How to read this", _reading_notes())
     return page.render()
@@ -144,10 +145,40 @@ def _whatif(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     return "".join(parts)
 
 
+def _nccl(con: duckdb.DuckDBPyConnection, page: Page) -> str:
+    """Topology, transports, the mix of calls and the problems NCCL logged; works with logs alone."""
+    topology = _rows(con, "nccl_topology")
+    mix = con.sql(sql.report_query("nccl_call_mix")).pl()
+    problems = _rows(con, "nccl_problems")
+    tests = con.sql(sql.report_query("nccl_tests")).pl()
+    if not (topology or mix.height or problems or tests.height):
+        return paragraph(
+            "The run has no NCCL logs. `wirespeed collect` captures them (NCCL_DEBUG=INFO with the INIT and COLL "
+            "subsystems, one file per process); logs from elsewhere can be put in the run folder or ingested alone."
+        )
+    parts = [table(topology, {"init_seconds": ".2f"})]
+    links = con.sql(sql.report_query("nccl_links")).pl()
+    if links.height:
+        parts.append(page.chart(charts.nccl_links_chart(links)))
+    if mix.height:
+        parts.append(page.chart(charts.nccl_call_mix_chart(mix)))
+    crosscheck = _rows(con, "nccl_crosscheck")
+    if crosscheck:
+        parts.append(paragraph("Traces against logs (docs/nccl.md): each trace collective compared with the logged call at its place."))
+        parts.append(table(crosscheck))
+    if tests.height:
+        parts.append(page.chart(charts.nccl_tests_chart(tests)))
+    parts.append(paragraph("Warnings and errors, in time order:"))
+    parts.append(table(problems))
+    return "".join(parts)
+
+
 def _summary(run: dict, verdicts: list[Verdict]) -> str:
     no_comm = any(v.name == "communication_found" and not v.outcome.passed for v in verdicts)
     share = run["exposed_comm_share"]
-    if no_comm and not run["collectives"]:
+    if not run["trace_files"]:
+        lead = "This run has no profiler traces, only logs: its communicators, links and calls are below; exposure needs traces."
+    elif no_comm and not run["collectives"]:
         lead = (
             "No communication was found in this run's traces, so no exposure can be measured. "
             "If the run does communicate (through custom kernels, say), add their names to "
@@ -196,7 +227,8 @@ def _reading_notes() -> str:
         "Bandwidths are in Gbit/s like line rates (nccl-tests prints GB/s: divide by 8). A collective's transfer is "
         "its shortest duration across ranks; the rest of each rank's duration was waiting for the last rank to arrive.",
         "Tables behind this page: runs, step_breakdown, step_timeline, steps, rank_breakdown, collectives, "
-        "collective_bw, collective_sync, step_sync, net_utilization, network_summary, parse_issues. "
+        "collective_bw, collective_sync, step_sync, net_utilization, network_summary, whatif, verdict, nccl_comms, "
+        "nccl_connections, nccl_calls, nccl_messages, nccl_tests_results, nccl_crosscheck, parse_issues. "
         "Query them with `wirespeed sql`.",
     ]
     return "".join(paragraph(n) for n in notes)

@@ -180,3 +180,52 @@ def job_scaling_chart(points: pl.DataFrame) -> alt.Chart:
         )
         .properties(width=520, height=240, title="Scaling factor of this job's runs: measured, predicted and estimated")
     )
+
+
+def nccl_links_chart(links: pl.DataFrame) -> alt.Chart:
+    """A rank-by-rank matrix per communicator, coloured by the transport the link uses."""
+    return (
+        alt.Chart(links)
+        .mark_rect()
+        .encode(
+            x=alt.X("to_rank:O", title="to rank"),
+            y=alt.Y("from_rank:O", title="from rank"),
+            color=alt.Color("transport:N", title="transport"),
+            tooltip=["comm:N", "from_rank:O", "to_rank:O", "transport:N", "channels:Q"],
+        )
+        .properties(width=220, height=220)
+        .facet(facet=alt.Facet("comm:N", title="communicator"), columns=3)
+        .resolve_scale(x="independent", y="independent")
+        .properties(title="Who talks to whom, over what (NCCL connection lines)")
+    )
+
+
+def nccl_call_mix_chart(mix: pl.DataFrame) -> alt.Chart:
+    """Logged NCCL calls by op and power-of-two size range."""
+    return (
+        alt.Chart(mix)
+        .mark_bar()
+        .encode(
+            x=alt.X("size_from:N", title="message size from", sort=alt.SortField("size_log2")),
+            y=alt.Y("calls:Q", title="calls"),
+            color=alt.Color("op:N", title="op"),
+            tooltip=["op:N", "size_from:N", "calls:Q", alt.Tooltip("bytes:Q", format=",")],
+        )
+        .properties(width=640, height=220, title="The mix of logged NCCL calls")
+    )
+
+
+def nccl_tests_chart(results: pl.DataFrame) -> alt.Chart:
+    """nccl-tests bus bandwidth against message size."""
+    return (
+        alt.Chart(results)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("size_bytes:Q", scale=alt.Scale(type="log"), title="size (bytes)"),
+            y=alt.Y("busbw_gbps:Q", title="bus bandwidth (Gbit/s)"),
+            color=alt.Color("placement:N", title=None),
+            detail="source:N",
+            tooltip=["source:N", "placement:N", alt.Tooltip("size_bytes:Q", format=","), alt.Tooltip("busbw_gbps:Q", format=".2f")],
+        )
+        .properties(width=520, height=220, title="nccl-tests: what the cluster's links can do")
+    )

@@ -23,18 +23,19 @@ INGEST_POOL = "wirespeed_ingest"
 
 _DEPS = {
     "steps": ["trace_events"],
-    "collectives": ["trace_events", "process_groups"],
+    "collectives": ["trace_events", "process_groups", "ranks", "nccl_comms", "nccl_connections"],
     "step_timeline": ["trace_events", "steps"],
     "step_breakdown": ["step_timeline", "steps"],
     "rank_breakdown": ["trace_events", "steps", "collectives"],
     "collective_sync": ["collectives"],
-    "collective_bw": ["collectives", "collective_sync", "ranks", "runs", "process_groups"],
+    "collective_bw": ["collectives", "collective_sync", "runs"],
     "step_sync": ["collective_bw", "collective_sync", "step_timeline", "step_breakdown"],
     "net_utilization": ["net_samples", "collective_bw", "rank_breakdown", "ranks", "runs"],
     "network_summary": ["net_utilization"],
     "gradient_buckets": ["collectives", "steps", "step_breakdown", "trace_events"],
     "whatif": ["gradient_buckets", "runs"],
     "whatif_targets": ["gradient_buckets"],
+    "nccl_crosscheck": ["collectives", "nccl_calls", "ranks"],
 }
 
 
@@ -113,8 +114,11 @@ def normalized_run(context: dg.AssetExecutionContext):
     context.log.info(
         f"{run_id}: {summary.files} trace files, {summary.ranks} ranks, {summary.events} events in {summary.seconds:.1f} s"
     )
+    if summary.issues:
+        errors = sum(1 for issue in summary.issues if issue.severity == "error")
+        context.log.warning(f"{run_id}: {len(summary.issues)} parse issues ({errors} errors); see the parse_issues table")
     for issue in summary.issues:
-        context.log.warning(f"{issue.where()}: {issue.reason}")
+        context.log.info(f"{issue.where()}: {issue.reason}")
     if not _this_run_materializes(context, ANALYSIS_TABLES):
         store.publish(run_id, version)
     con = open_version(version, settings, run_id, PARSE_TABLES)

@@ -1,0 +1,36 @@
+-- nccl_calls: every collective and point-to-point call NCCL logged (`NCCL_DEBUG_SUBSYS=COLL`).
+--
+-- NCCL logs a call when it is enqueued, on the calling thread: op, element count, type, root (the
+-- peer for send and recv), communicator. There is no duration in these lines: they say what was
+-- called and in which order, not how long it took (the traces say that). `seq` is the call's
+-- position among its communicator's calls in this process, which is the call order whatever
+-- `op_count` means in the NCCL version at hand. `message_bytes` is nccl-tests' message size S:
+-- count x element size, times the ranks for allgather, reducescatter and alltoall, whose counts
+-- are per rank. Calls recorded by NCCL's profiler plugin (JSON records) are included too.
+--
+-- Grain: one row per run, process and logged call.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   host VARCHAR  Host of the calling process.
+--   pid BIGINT  Calling process.
+--   tid BIGINT  Calling thread.
+--   device INTEGER  CUDA device of the calling thread.
+--   comm VARCHAR  Communicator pointer in the process.
+--   comm_id VARCHAR  Cross-rank communicator id (see nccl_comms); NULL if its Init line is missing.
+--   rank INTEGER  The process's rank in the communicator; NULL if its Init line is missing.
+--   op VARCHAR  allreduce, allgather, reducescatter, broadcast, reduce, send, recv, alltoall, ...
+--   op_count BIGINT  NCCL's opCount, as logged (hex in the log).
+--   seq BIGINT  Position among the communicator's calls in this process, from 0.
+--   count BIGINT  Elements, as passed to the call.
+--   dtype VARCHAR  Element type (float32, bfloat16, ...).
+--   bytes BIGINT  count x element size: the call's buffer.
+--   message_bytes BIGINT  Message size S (nccl-tests convention).
+--   root INTEGER  Root of broadcast and reduce; the peer of send and recv.
+--   reduce_op VARCHAR  sum, prod, max, min, avg for reductions.
+--   nranks INTEGER  Ranks in the communicator.
+--   logged_at_ns BIGINT  When it was logged (NCCL 2.26+ timestamps), ns since the Unix epoch.
+--   source VARCHAR  'debug log' or 'profiler plugin'.
+--   log_file VARCHAR  The log file.
+--   line BIGINT  Line in it.
+SELECT * FROM _nccl_calls_input

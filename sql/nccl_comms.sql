@@ -1,0 +1,30 @@
+-- nccl_comms: the NCCL communicators each process created, from the Init lines of its debug log.
+--
+-- One row per communicator per process: which rank of it the process is, on which device, and the
+-- communicator's cross-rank identity. `comm_id` is NCCL's `commId` hash (NCCL 2.16+), the same on
+-- every rank; older logs have none, and then the k-th communicator of n ranks a device creates is
+-- taken to be the k-th of n ranks on every other device (`comm_id_source` says which). NCCL prints
+-- the `NCCL version` line once per process; the network is what the process said it uses.
+--
+-- Grain: one row per run, host, process and communicator.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   host VARCHAR  Host as NCCL names it (hostname up to the first dot).
+--   pid BIGINT  Process id.
+--   comm VARCHAR  The communicator's pointer in this process (COLL lines name it).
+--   comm_id VARCHAR  Its cross-rank identity: commId, or 'derived:<n>-ranks-#<k>'.
+--   comm_id_source VARCHAR  'commId' or 'creation order'.
+--   rank INTEGER  This process's rank in the communicator.
+--   nranks INTEGER  Ranks in the communicator.
+--   device INTEGER  CUDA device (cudaDev).
+--   nvml_device INTEGER  NVML device index, where logged (2.4, 2.18+).
+--   bus_id VARCHAR  PCI bus id of the device, where logged (2.5+).
+--   init_api VARCHAR  The API that created it (ncclCommInitRank, ncclCommSplit, ...; 2.21+).
+--   nccl_version VARCHAR  NCCL version of the process.
+--   network VARCHAR  Network the process uses: a plugin's name, IB, OFI or Socket.
+--   network_detail VARCHAR  The NICs NCCL listed for it, as logged (shortened).
+--   init_seconds DOUBLE  Time NCCL took to create it (`Init timings`, 2.22+).
+--   log_file VARCHAR  The log file.
+--   line BIGINT  Line of the Init line that named it first.
+SELECT * FROM _nccl_comms_input

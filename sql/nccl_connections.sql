@@ -1,0 +1,25 @@
+-- nccl_connections: the links NCCL set up between ranks, and what each goes over.
+--
+-- From the `Channel`/`Ring` lines printed while a communicator is set up: for each channel, from
+-- which rank to which, and via which transport: NET (the network: `NET/<plugin or IB or
+-- Socket>/<NIC>[/GDRDMA]`), P2P (NVLink or PCIe peer access), SHM (host shared memory), or a
+-- special one (NVLS, COLLNET). A ring edge over NET crosses hosts. Lines that no communicator can
+-- be assigned to keep their host and process but no comm_id.
+--
+-- Grain: one row per run, logging process and connection line.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   comm_id VARCHAR  The communicator (see nccl_comms); NULL when the log does not say.
+--   comm VARCHAR  Its pointer in the logging process.
+--   host VARCHAR  Host of the process that logged it.
+--   pid BIGINT  That process.
+--   channel INTEGER  NCCL channel number.
+--   from_rank INTEGER  Sending rank (in the communicator).
+--   to_rank INTEGER  Receiving rank.
+--   direction VARCHAR  'send' or 'receive' for NET lines (the logging side's role); else NULL.
+--   transport VARCHAR  NET, P2P, SHM, NVLS, COLLNET, ...
+--   detail VARCHAR  Everything after `via`: plugin, NIC index, GDRDMA, P2P mode.
+--   log_file VARCHAR  The log file.
+--   line BIGINT  Line in it.
+SELECT * FROM _nccl_connections_input

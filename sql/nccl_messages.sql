@@ -1,0 +1,24 @@
+-- nccl_messages: what went wrong, in the order it was logged: NCCL warnings and errors, and PyTorch's watchdog.
+--
+-- NCCL WARN lines, the error chains NCCL prints as `file.cc:line -> code` (classed by the
+-- ncclResult code: 2 system error, 3 internal error, ...), and ProcessGroupNCCL's watchdog timeout
+-- lines. Each gets a class: timeout, cuda error, network error, connection failure, system error,
+-- internal error, invalid argument, invalid usage, remote error or other.
+--
+-- Grain: one row per run and logged problem.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   host VARCHAR  Host of the process, where the line says.
+--   pid BIGINT  Process.
+--   tid BIGINT  Thread.
+--   device INTEGER  CUDA device of the thread.
+--   rank INTEGER  Rank, for PyTorch watchdog lines (`[Rank n]`).
+--   level VARCHAR  WARN, INFO (error chain) or ERROR (PyTorch).
+--   class VARCHAR  What kind of problem (above).
+--   where VARCHAR  NCCL source file and line that logged it.
+--   message VARCHAR  The message.
+--   logged_at_ns BIGINT  When, ns since the Unix epoch, where the line has a time.
+--   log_file VARCHAR  The log file.
+--   line BIGINT  Line in it.
+SELECT * FROM _nccl_messages_input

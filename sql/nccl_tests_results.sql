@@ -1,0 +1,28 @@
+-- nccl_tests_results: the result tables of nccl-tests runs (all_reduce_perf and friends) found in logs.
+--
+-- One row per message size and placement (out-of-place and in-place are measured separately). The
+-- old layout (size count type redop time algbw busbw error) and the new (with root and #wrong)
+-- are both read. nccl-tests prints GB/s; busbw_gbps is the same in Gbit/s, to compare with line
+-- rates, and busbw_gbytes_per_s keeps the printed number. These are the busbw a cluster can reach;
+-- compare them with a run's achieved busbw (collective_bw).
+--
+-- Grain: one row per run, log line and placement.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   test VARCHAR  The test binary (all_reduce_perf, ...), where the log names it.
+--   hosts VARCHAR  Hosts of the test's ranks, where listed.
+--   size_bytes BIGINT  The size column (per-rank buffer bytes).
+--   count BIGINT  Elements.
+--   dtype VARCHAR  Element type.
+--   redop VARCHAR  Reduction op.
+--   root INTEGER  Root (-1 for ops without one).
+--   placement VARCHAR  'out-of-place' or 'in-place'.
+--   time_ns BIGINT  Time per operation.
+--   algbw_gbps DOUBLE  Algorithm bandwidth, Gbit/s.
+--   busbw_gbps DOUBLE  Bus bandwidth, Gbit/s.
+--   busbw_gbytes_per_s DOUBLE  Bus bandwidth as printed, GB/s.
+--   wrong VARCHAR  The error or #wrong column, as printed.
+--   log_file VARCHAR  The log file.
+--   line BIGINT  Line in it.
+SELECT * FROM _nccl_tests_results_input
