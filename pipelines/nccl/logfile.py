@@ -105,7 +105,7 @@ class _Reader:
             return
         elif (init := grammar.INIT.match(message)) is not None:
             self.init(number, line, init)
-        elif (bare := grammar.INIT_BARE.match(message)) is not None:
+        elif grammar.INIT_BARE.match(message):
             pass  # 2.3 prints `rank r nranks n` before the comm line that carries the same facts
         elif (connection := grammar.CONNECTION.match(message)) is not None:
             self.connection(number, line, connection)
