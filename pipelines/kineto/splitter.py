@@ -13,12 +13,17 @@ anywhere but between two top-level events leaves a chunk with unbalanced bracket
 string, so a wrong cut never yields a wrong event: it yields a chunk that fails to parse, and the
 caller then falls back to `pipelines.kineto.exact`, which walks the document event by event.
 
+An uncompressed file is not read through Python at all: only the bytes around each cut are read
+to place it, and the kernel copies the ranges between cuts into the chunk files (`os.sendfile`).
+A compressed file is decompressed (with ISA-L) and streamed through the same cutting.
+
 A truncated trace (the profiler killed while writing, a gzip stream cut short) keeps every
 complete event before the cut; the cut is reported as a `ParseIssue` with its byte offset.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +35,14 @@ from isal import isal_zlib
 from pipelines.issues import ParseIssue
 
 READ_BYTES = 8 << 20
-DEFAULT_CHUNK_BYTES = 32 << 20
+# Small enough that a file's chunks keep every core busy, large enough that there are few files.
+DEFAULT_CHUNK_BYTES = 8 << 20
+# How much is read around an intended cut to find the separator there.
+CUT_WINDOW_BYTES = 1 << 20
 # The document before `traceEvents` and after its closing bracket is small (device properties,
 # process groups, log lines). Past this we stop looking.
 MAX_HEADER_BYTES = 64 << 20
+HEADER_READ_BYTES = 64 << 10
 MAX_TAIL_BYTES = 64 << 20
 # No event is this large: without a cut in this many bytes the separator guess is wrong.
 MAX_CARRY_BYTES = 256 << 20
@@ -91,7 +100,12 @@ class GzipStream:
         self.input = b""
         self.problem: Exception | None = None
 
-    def read(self, size: int) -> bytes:
+    def read(self, size: int = -1) -> bytes:
+        if size < 0:
+            parts = []
+            while part := self.read(READ_BYTES):
+                parts.append(part)
+            return b"".join(parts)
         out: list[bytes] = []
         got = 0
         while got < size and self.problem is None:
@@ -131,7 +145,7 @@ class GzipStream:
 
 
 def split_trace(path: Path, out_dir: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> SplitTrace:
-    """Stream `path` once, writing its events into chunk files under `out_dir`."""
+    """Read `path` once, writing its events into chunk files under `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     issues: list[ParseIssue] = []
     writer = _ChunkWriter(out_dir, chunk_bytes)
@@ -139,12 +153,16 @@ def split_trace(path: Path, out_dir: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTE
         reader = _Reader(stream, str(path), issues)
         try:
             header, is_bare_array = _read_header(reader)
-            separator, carry, carry_offset = _copy_events(reader, writer)
+            if isinstance(stream, GzipStream):
+                separator, carry, carry_offset = _copy_events(reader, writer)
+            else:
+                separator, carry, carry_offset = _copy_ranges(stream, reader, writer)
             tail, truncated = _finish(carry, carry_offset, is_bare_array, writer, issues, str(path))
         finally:
             writer.close()
     meta = {} if is_bare_array else _parse_meta(header, tail, str(path), issues)
-    return SplitTrace(path, meta, writer.paths, _describe(separator), reader.consumed, truncated, issues)
+    input_bytes = max(reader.consumed, carry_offset + len(carry))
+    return SplitTrace(path, meta, writer.paths, _describe(separator), input_bytes, truncated, issues)
 
 
 class _Reader:
@@ -158,14 +176,14 @@ class _Reader:
         self.pending = b""
         self.ended = False
 
-    def read(self) -> bytes:
+    def read(self, size: int = READ_BYTES) -> bytes:
         if self.pending:
             block, self.pending = self.pending, b""
             return block
         if self.ended:
             return b""
         try:
-            block = self.stream.read(READ_BYTES)
+            block = self.stream.read(size)
         except (EOFError, OSError) as cut:
             # Treat a damaged or cut compressed stream like a file that ends here.
             self.issues.append(
@@ -184,8 +202,10 @@ class _Reader:
 def _read_header(reader: _Reader) -> tuple[bytes, bool]:
     """Read up to the `[` that opens `traceEvents`; return the bytes before the key."""
     buf = b""
+    size = HEADER_READ_BYTES
     while True:
-        block = reader.read()
+        block = reader.read(size)
+        size = min(2 * size, READ_BYTES)
         if not block:
             if not buf.strip(_WS):
                 raise NotATrace("the file is empty")
@@ -254,6 +274,46 @@ def _copy_events(reader: _Reader, writer: _ChunkWriter) -> tuple[bytes | None, b
         carry += block
 
 
+def _copy_ranges(file: BinaryIO, reader: _Reader, writer: _ChunkWriter) -> tuple[bytes | None, bytes, int]:
+    """Like `_copy_events` for a plain file, reading only the bytes around each cut.
+
+    Returns the separator, the file's last bytes after the last cut (read into memory, where the
+    end of the array is found) and their offset.
+    """
+    size = os.fstat(file.fileno()).st_size
+    position = reader.consumed - len(reader.pending)
+    separator = _guess_separator(os.pread(file.fileno(), CUT_WINDOW_BYTES, position))
+    window = min(CUT_WINDOW_BYTES, writer.chunk_bytes)
+    while separator is not None and size - position > writer.chunk_bytes + window:
+        cut = _find_cut(file, separator, position + writer.chunk_bytes, size, window)
+        if cut is None:
+            break
+        writer.copy_range(file, position, cut + 1 - position)
+        position = cut + len(separator) - 1
+    if separator is None:
+        # No separator in the first window: let the streaming cutter look further.
+        file.seek(position)
+        reader.pending, reader.consumed = b"", position
+        return _copy_events(reader, writer)
+    carry = os.pread(file.fileno(), size - position, position)
+    return separator, carry, position
+
+
+def _find_cut(file: BinaryIO, separator: bytes, start: int, size: int, window: int) -> int | None:
+    """Offset of the first separator at or after `start`, reading `window` bytes at a time."""
+    seen = b""
+    offset = start
+    while offset < size and len(seen) <= MAX_CARRY_BYTES:
+        seen += os.pread(file.fileno(), window, offset)
+        found = seen.find(separator)
+        if found >= 0:
+            return start + found
+        offset = start + len(seen)
+    if offset < size:
+        raise CannotCut(f"no boundary between events in {len(seen)} bytes from byte {start}")
+    return None
+
+
 def _guess_separator(events: bytes) -> bytes | None:
     """The bytes between two events: the first `}`,`{` run whose cuts give events that parse.
 
@@ -306,6 +366,22 @@ class _ChunkWriter:
         self._append(memoryview(events)[start:])
         if self.size >= self.chunk_bytes:
             self._end_chunk()
+
+    def copy_range(self, file: BinaryIO, offset: int, length: int) -> None:
+        """Make bytes `offset` to `offset + length` of `file` (whole events) one chunk, in the kernel."""
+        self._end_chunk()
+        path = self.out_dir / f"chunk-{len(self.paths):05d}.json"
+        self.paths.append(path)
+        with open(path, "wb") as chunk:
+            chunk.write(b"[")
+            chunk.flush()
+            while length > 0:
+                sent = os.sendfile(chunk.fileno(), file.fileno(), offset, length)
+                if sent == 0:
+                    raise CannotCut(f"the file ended while copying byte {offset}")
+                offset += sent
+                length -= sent
+            chunk.write(b"]")
 
     def _append(self, events: memoryview) -> None:
         if self.file is None:
