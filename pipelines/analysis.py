@@ -24,6 +24,7 @@ from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
 SPILL_DIR = str(Path(tempfile.gettempdir()) / "wirespeed-duckdb-spill")
 
 BUILD_ORDER = (
+    "_device_events",
     "_activity",
     "steps",
     "_segments",

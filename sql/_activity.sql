@@ -18,51 +18,45 @@
 --   class VARCHAR  'compute', 'comm' or 'other'.
 --   start_ns BIGINT  Start of the interval, ns since the Unix epoch.
 --   end_ns BIGINT  End of the interval, ns since the Unix epoch.
-WITH usable AS (
-  SELECT
-    rank,
-    cat,
-    name,
-    tid,
-    ts_ns,
-    ts_ns + dur_ns AS end_ns,
-    is_device_event(cat) AS on_device,
-    is_comm_event(collective, name) AS is_comm
+WITH device_ranks AS (
+  SELECT DISTINCT rank FROM _device_events
+),
+cpu_usable AS (
+  SELECT rank, cat, name, tid, collective, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
   FROM trace_events
-  WHERE ph = 'X' AND is_valid_interval(ts_ns, dur_ns)
+  WHERE ph = 'X' AND cat IN ('cpu_op', 'user_annotation') AND is_valid_interval(ts_ns, dur_ns)
+    AND rank NOT IN (SELECT rank FROM device_ranks)
 ),
-rank_timeline AS (
-  SELECT rank, CASE WHEN bool_or(on_device) THEN 'device' ELSE 'cpu' END AS timeline
-  FROM usable
-  GROUP BY rank
+cpu_names AS (
+  SELECT name, is_comm_name(name) AS comm_name
+  FROM (SELECT DISTINCT name FROM cpu_usable)
 ),
--- Threads that only ever run collectives (gloo's worker threads) are not training threads.
+cpu_classified AS (
+  SELECT u.*, u.collective IS NOT NULL OR coalesce(n.comm_name, false) AS is_comm
+  FROM cpu_usable AS u
+  LEFT JOIN cpu_names AS n ON n.name = u.name
+),
 training_threads AS (
   SELECT rank, tid
-  FROM usable
-  WHERE NOT on_device AND cat = 'cpu_op'
+  FROM cpu_classified
+  WHERE cat = 'cpu_op'
   GROUP BY rank, tid
   HAVING bool_or(NOT is_comm)
 )
 SELECT
+  rank,
+  'device' AS timeline,
+  CASE WHEN is_comm THEN 'comm' WHEN is_memory THEN 'other' ELSE 'compute' END AS class,
+  start_ns,
+  end_ns
+FROM _device_events
+UNION ALL
+SELECT
   u.rank,
-  t.timeline,
-  CASE
-    WHEN u.is_comm THEN 'comm'
-    WHEN t.timeline = 'device' AND is_memory_event(u.cat, u.name) THEN 'other'
-    ELSE 'compute'
-  END AS class,
-  u.ts_ns AS start_ns,
+  'cpu' AS timeline,
+  CASE WHEN u.is_comm THEN 'comm' ELSE 'compute' END AS class,
+  u.start_ns,
   u.end_ns
-FROM usable AS u
-JOIN rank_timeline AS t USING (rank)
+FROM cpu_classified AS u
 LEFT JOIN training_threads AS training ON training.rank = u.rank AND training.tid = u.tid
-WHERE
-  (t.timeline = 'device' AND u.on_device)
-  OR (
-    t.timeline = 'cpu'
-    AND (
-      (u.is_comm AND u.cat IN ('cpu_op', 'user_annotation'))
-      OR (NOT u.is_comm AND u.cat = 'cpu_op' AND training.tid IS NOT NULL)
-    )
-  )
+WHERE u.is_comm OR (u.cat = 'cpu_op' AND training.tid IS NOT NULL)

@@ -69,12 +69,6 @@ default_groups AS (
   WHERE pg_desc = 'default_pg'
   GROUP BY rank
 ),
-launches AS (
-  SELECT rank, file_index, correlation, min(ts_ns) AS launched_ns
-  FROM trace_events
-  WHERE cat IN ('cuda_runtime', 'cuda_driver', 'Runtime', 'Driver') AND correlation IS NOT NULL
-  GROUP BY ALL
-),
 cpu_metadata AS (
   SELECT rank, file_index, external_id,
     any_value(collective) AS collective, any_value(in_nelems) AS in_nelems, any_value(out_nelems) AS out_nelems,
@@ -96,9 +90,9 @@ device_instances AS (
     coalesce(e.dtype, m.dtype) AS dtype,
     coalesce(e.in_nelems, m.in_nelems) AS in_nelems,
     coalesce(e.out_nelems, m.out_nelems) AS out_nelems,
-    l.launched_ns,
-    e.ts_ns AS start_ns,
-    e.ts_ns + e.dur_ns AS end_ns,
+    e.launched_ns,
+    e.start_ns,
+    e.end_ns,
     e.name AS kernel,
     e.stream,
     'device' AS timeline,
@@ -107,12 +101,9 @@ device_instances AS (
       WHEN m.collective IS NOT NULL THEN 'record_param_comms'
       ELSE 'kernel name'
     END AS metadata_source
-  FROM trace_events AS e
-  JOIN timelines AS t ON t.rank = e.rank AND t.timeline = 'device'
+  FROM _device_events AS e
   LEFT JOIN cpu_metadata AS m ON m.rank = e.rank AND m.file_index = e.file_index AND m.external_id = e.external_id
-  LEFT JOIN launches AS l ON l.rank = e.rank AND l.file_index = e.file_index AND l.correlation = e.correlation
-  WHERE e.ph = 'X' AND is_device_event(e.cat) AND is_comm_event(e.collective, e.name)
-    AND is_valid_interval(e.ts_ns, e.dur_ns)
+  WHERE e.is_comm
 ),
 cpu_instances AS (
   SELECT

@@ -39,22 +39,10 @@ backward_start AS (
     AND e.ts_ns < s.end_ns
   GROUP BY e.rank, s.step
 ),
-launches AS (
-  SELECT rank, file_index, correlation, min(ts_ns) AS launch_ns
-  FROM trace_events
-  WHERE cat IN ('cuda_runtime', 'cuda_driver', 'Runtime', 'Driver') AND correlation IS NOT NULL
-  GROUP BY ALL
-),
 launched_device_events AS (
-  SELECT
-    e.rank,
-    l.launch_ns,
-    e.ts_ns AS start_ns,
-    e.ts_ns + e.dur_ns AS end_ns,
-    NOT is_comm_event(e.collective, e.name) AND NOT is_memory_event(e.cat, e.name) AS is_compute
-  FROM trace_events AS e
-  JOIN launches AS l ON l.rank = e.rank AND l.file_index = e.file_index AND l.correlation = e.correlation
-  WHERE e.ph = 'X' AND is_device_event(e.cat) AND is_valid_interval(e.ts_ns, e.dur_ns)
+  SELECT rank, launched_ns AS launch_ns, start_ns, end_ns, NOT is_comm AND NOT is_memory AS is_compute
+  FROM _device_events
+  WHERE launched_ns IS NOT NULL
 ),
 computed_by AS (
   -- For each launch of a compute kernel: the latest end of any compute kernel launched so far.
@@ -62,11 +50,17 @@ computed_by AS (
   FROM launched_device_events
   WHERE is_compute
 ),
-device_backward AS (
-  SELECT b.rank, b.step, b.backward_cpu_ns, min(d.start_ns) AS backward_start_ns
+backward_spans AS (
+  SELECT b.rank, b.step, b.backward_cpu_ns, s.end_ns
   FROM backward_start AS b
   JOIN cpu_steps AS s USING (rank, step)
-  JOIN launched_device_events AS d ON d.rank = b.rank AND d.launch_ns >= b.backward_cpu_ns AND d.launch_ns < s.end_ns
+),
+device_backward AS (
+  -- The first device event launched between backward's start on the CPU and the step's end.
+  SELECT b.rank, b.step, b.backward_cpu_ns, min(d.start_ns) AS backward_start_ns
+  FROM launched_device_events AS d
+  ASOF JOIN backward_spans AS b ON d.rank = b.rank AND d.launch_ns >= b.backward_cpu_ns
+  WHERE d.launch_ns < b.end_ns
   GROUP BY b.rank, b.step, b.backward_cpu_ns
 ),
 device_buckets AS (

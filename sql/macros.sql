@@ -5,15 +5,37 @@
 CREATE OR REPLACE MACRO is_device_event(cat) AS
   cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'Kernel', 'Memcpy', 'Memset');
 
--- Whether a device event moves memory rather than computing: a copy, a fill or a DMA.
-CREATE OR REPLACE MACRO is_memory_event(cat, name) AS
-  cat IN ('gpu_memcpy', 'gpu_memset', 'Memcpy', 'Memset')
-  OR regexp_matches(name, '^(Memcpy|Memset|dma)');
+-- Whether a device event moves memory rather than computing: a copy or a fill by its category,
+-- a DMA (or a copy a tool filed as a kernel) by its name.
+CREATE OR REPLACE MACRO is_memory_category(cat) AS
+  cat IN ('gpu_memcpy', 'gpu_memset', 'Memcpy', 'Memset');
+CREATE OR REPLACE MACRO is_memory_name(name) AS
+  regexp_matches(name, '^(Memcpy|Memset|dma)');
 
--- Whether an event is communication: collective metadata first, name patterns second. The
--- patterns (built-in plus the user's, from wirespeed.toml) arrive in the `comm_pattern` variable.
-CREATE OR REPLACE MACRO is_comm_event(collective, name) AS
-  collective IS NOT NULL OR regexp_matches(name, getvariable('comm_pattern'));
+-- Whether an event's name is that of communication. An event is communication when it carries
+-- collective metadata or its name says so. The patterns (built-in plus the user's, from
+-- wirespeed.toml) arrive in the `comm_pattern` variable. Test names once each (SELECT DISTINCT):
+-- a regular expression per event is the slowest part of a query over millions of events.
+CREATE OR REPLACE MACRO is_comm_name(name) AS
+  regexp_matches(name, getvariable('comm_pattern'));
+
+-- How many compute, communication and other intervals are running, packed into one BIGINT so
+-- that one running sum counts all three: compute in the low 20 bits, communication in the next
+-- 20, other above (no rank runs a million intervals of one class at once). `activity_change`
+-- is what an interval of a class adds at its start (and takes away at its end).
+CREATE OR REPLACE MACRO activity_change(class) AS
+  CASE class WHEN 'compute' THEN 1 WHEN 'comm' THEN 1048576 ELSE 1099511627776 END;
+
+-- The state of a timeline given its packed counts: communication under compute is overlapped,
+-- communication alone is exposed, copies and fills alone are other, nothing at all is idle.
+CREATE OR REPLACE MACRO activity_state(active) AS
+  CASE
+    WHEN active % 1048576 > 0 AND active // 1048576 % 1048576 > 0 THEN 'overlapped_comm'
+    WHEN active % 1048576 > 0 THEN 'compute'
+    WHEN active // 1048576 % 1048576 > 0 THEN 'exposed_comm'
+    WHEN active >= 1099511627776 THEN 'other'
+    ELSE 'idle'
+  END;
 
 -- Whether an event is a usable interval: timed, positive and not a counter overflow.
 CREATE OR REPLACE MACRO is_valid_interval(ts_ns, dur_ns) AS

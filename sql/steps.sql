@@ -37,17 +37,9 @@ WITH profiler_steps AS (
 timelines AS (
   SELECT DISTINCT rank, timeline FROM _activity
 ),
-launches AS (
-  SELECT rank, file_index, correlation, min(ts_ns) AS ts_ns
-  FROM trace_events
-  WHERE cat IN ('cuda_runtime', 'cuda_driver', 'Runtime', 'Driver') AND correlation IS NOT NULL
-  GROUP BY ALL
-),
 device_events AS (
-  SELECT e.rank, e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns, coalesce(l.ts_ns, e.ts_ns) AS launched_ns
-  FROM trace_events AS e
-  LEFT JOIN launches AS l ON l.rank = e.rank AND l.file_index = e.file_index AND l.correlation = e.correlation
-  WHERE is_device_event(e.cat) AND e.ph = 'X' AND is_valid_interval(e.ts_ns, e.dur_ns)
+  SELECT rank, start_ns, end_ns, coalesce(launched_ns, start_ns) AS launched_ns
+  FROM _device_events
 ),
 device_events_by_step AS (
   SELECT s.rank, s.step, min(d.start_ns) AS first_start_ns, max(d.end_ns) AS last_end_ns, count(*) AS device_events

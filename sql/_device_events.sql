@@ -1,0 +1,79 @@
+-- _device_events: every usable device event (kernel, copy, fill) of the run, with its launch and class.
+--
+-- An intermediate table (not published) that reads `trace_events` once for what every analysis of
+-- the device timeline needs, so no later query scans the raw events again. A device event's launch
+-- is the runtime call with the same `correlation` in the same trace file (the earliest, should
+-- there be several; a file is one rank's, so the file and the correlation identify it); it is NULL when the trace has none. An event is communication if it carries
+-- collective metadata or its name matches a communication pattern, memory if it is a copy, fill
+-- or DMA. The patterns are tested once per distinct name, not once per event: a run repeats a few
+-- thousand kernel names millions of times.
+--
+-- Grain: one row per run, rank and device event with a usable interval.
+--
+-- Columns:
+--   rank INTEGER  Global rank.
+--   file_index INTEGER  Trace file the event came from.
+--   cat VARCHAR  Kineto category (kernel, gpu_memcpy, gpu_memset, ...).
+--   name VARCHAR  Kernel name.
+--   start_ns BIGINT  Start, ns since the Unix epoch.
+--   end_ns BIGINT  End.
+--   launched_ns BIGINT  When its runtime call launched it; NULL when the trace has no such call.
+--   external_id BIGINT  Links it to the CPU operator that launched it.
+--   stream BIGINT  GPU stream.
+--   is_comm BOOLEAN  Communication: collective metadata or a communication name.
+--   is_memory BOOLEAN  A copy, fill or DMA.
+--   collective VARCHAR  `Collective name` from the kernel's args (PyTorch 2.4+).
+--   in_nelems BIGINT  Elements in the collective's input.
+--   out_nelems BIGINT  Elements in its output.
+--   group_size INTEGER  Ranks in its process group.
+--   dtype VARCHAR  Element type.
+--   pg_name VARCHAR  Process group name.
+--   pg_desc VARCHAR  Process group description.
+--   seq BIGINT  The collective's sequence number in its process group.
+--   comms_id UBIGINT  The collective's cross-rank id.
+WITH device AS MATERIALIZED (
+  SELECT
+    rank, file_index, cat, name, ts_ns, dur_ns, correlation, external_id, stream, collective, in_nelems,
+    out_nelems, group_size, dtype, pg_name, pg_desc, seq, comms_id
+  FROM trace_events
+  WHERE ph = 'X' AND is_device_event(cat) AND is_valid_interval(ts_ns, dur_ns)
+),
+launches AS (
+  -- Only the runtime calls that launched a device event: most are not launches at all.
+  SELECT file_index, correlation, min(ts_ns) AS launched_ns
+  FROM trace_events
+  WHERE cat IN ('cuda_runtime', 'cuda_driver', 'Runtime', 'Driver') AND correlation IS NOT NULL
+    AND (file_index, correlation) IN (SELECT file_index, correlation FROM device)
+  GROUP BY ALL
+),
+names AS (
+  SELECT
+    name,
+    is_comm_name(name) AS comm_name,
+    is_memory_name(name) AS memory_name
+  FROM (SELECT DISTINCT name FROM device)
+)
+SELECT
+  d.rank,
+  d.file_index,
+  d.cat,
+  d.name,
+  d.ts_ns AS start_ns,
+  d.ts_ns + d.dur_ns AS end_ns,
+  l.launched_ns,
+  d.external_id,
+  d.stream,
+  d.collective IS NOT NULL OR coalesce(n.comm_name, false) AS is_comm,
+  is_memory_category(d.cat) OR coalesce(n.memory_name, false) AS is_memory,
+  d.collective,
+  d.in_nelems,
+  d.out_nelems,
+  d.group_size,
+  d.dtype,
+  d.pg_name,
+  d.pg_desc,
+  d.seq,
+  d.comms_id
+FROM device AS d
+LEFT JOIN names AS n ON n.name = d.name
+LEFT JOIN launches AS l ON l.file_index = d.file_index AND l.correlation = d.correlation
