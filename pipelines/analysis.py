@@ -6,7 +6,6 @@ files of one staging version. Re-running it never re-reads a raw trace.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +19,6 @@ from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
 
 # Build order: each file may read the tables before it. Names starting with `_` are
 # intermediate and not published.
-# Where DuckDB spills joins and sorts that outgrow memory.
-SPILL_DIR = str(Path(tempfile.gettempdir()) / "wirespeed-duckdb-spill")
-
 BUILD_ORDER = (
     "_device_events",
     "_activity",
@@ -53,14 +49,14 @@ class AnalysisSummary:
     run_id: str
     rows: dict[str, int]
     seconds: float
+    table_seconds: dict[str, float]  # building each table (intermediates too) and writing it, in build order
 
 
 def open_version(
     version: Path, settings: Settings, run_id: str, tables: tuple[str, ...] = PARSE_TABLES
 ) -> duckdb.DuckDBPyConnection:
     """A session with a view per table in `tables`, reading one version of one run."""
-    config = {"threads": settings.threads, "preserve_insertion_order": False, "temp_directory": SPILL_DIR}
-    con = duckdb.connect(config=config)
+    con = duckdb.connect(config=settings.duckdb_config())
     sql.set_variables(
         con,
         run_id=run_id,
@@ -103,15 +99,18 @@ def analyze_run(run_id: str, version: Path, warehouse: Warehouse, settings: Sett
     """Build every analysis table of the run from its parse tables, into `version`."""
     started = time.perf_counter()
     con = open_version(version, settings, run_id)
+    rows: dict[str, int] = {}
+    seconds: dict[str, float] = {}
     try:
-        rows = {}
         for name in BUILD_ORDER:
+            table_started = time.perf_counter()
             if name == WHATIF_START:
                 _register_whatif_inputs(con, settings)
             rows[name] = sql.materialize(con, name)
-        for name in ANALYSIS_TABLES:
-            sql.write_parquet(con, f'"{name}"', warehouse.table_dir(version, name) / "part-0.parquet")
+            if name in ANALYSIS_TABLES:
+                sql.write_parquet(con, f'"{name}"', warehouse.table_dir(version, name) / "part-0.parquet")
+            seconds[name] = time.perf_counter() - table_started
     finally:
         con.close()
     published = {name: rows[name] for name in ANALYSIS_TABLES}
-    return AnalysisSummary(run_id, published, time.perf_counter() - started)
+    return AnalysisSummary(run_id, published, time.perf_counter() - started, seconds)

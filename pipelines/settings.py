@@ -20,12 +20,17 @@ The patterns add to the built-in ones; they never replace them. Also:
     full_rate_sf_min = 0.9       # a what-if SF at full line rate below this: bandwidth-bound
     utilization_max = 0.5        # achieved utilisation below this (and the above not met): transport-bound
     compute_inflation_max = 0.15 # compute per step growing more than this with N: compute explains loss
+
+    [resources]
+    threads = 8                  # DuckDB threads for parsing and analysis (default: every core)
+    memory_mb = 768              # DuckDB's memory per ingest; beyond it, joins and tables spill to disk
 """
 
 from __future__ import annotations
 
 import os
 import re
+import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +38,8 @@ from pathlib import Path
 from pipelines import whatif
 
 CONFIG_FILE = "wirespeed.toml"
+# Where DuckDB spills joins, sorts and tables that outgrow its memory limit.
+SPILL_DIR = str(Path(tempfile.gettempdir()) / "wirespeed-duckdb-spill")
 
 # Communication by name, for events without collective metadata. Kernels: NCCL's two generations
 # (`ncclKernel_*`, `ncclDevKernel_*`), RCCL (`rcclGenericKernel`, or NCCL names), vLLM's custom
@@ -64,8 +71,20 @@ DEFAULT_VERDICT = {
 class Settings:
     comm_patterns: tuple[str, ...] = BUILTIN_COMM_PATTERNS
     threads: int = max(1, os.cpu_count() or 1)
+    # What DuckDB may hold in memory during an ingest; the rest spills to the temporary folder. With
+    # the interpreter and libraries this keeps an ingest of any size within about 1 GB.
+    memory_mb: int = 768
     reduce_cost: tuple[tuple[int, float], ...] = whatif.DEFAULT_REDUCE_COST
     verdict: dict = field(default_factory=lambda: dict(DEFAULT_VERDICT))
+
+    def duckdb_config(self) -> dict:
+        """The DuckDB configuration of an ingest's sessions: its threads and memory, where to spill."""
+        return {
+            "threads": self.threads,
+            "memory_limit": f"{self.memory_mb}MB",
+            "preserve_insertion_order": False,
+            "temp_directory": SPILL_DIR,
+        }
 
     def comm_regex(self) -> str:
         """All communication patterns as one regular expression, each kept apart in its group."""
@@ -96,4 +115,14 @@ def load(warehouse_root: Path) -> Settings:
         if key not in DEFAULT_VERDICT or not isinstance(value, (int, float)):
             raise ValueError(f"{path}: [verdict] {key} is not one of {sorted(DEFAULT_VERDICT)} with a number")
         verdict[key] = float(value)
-    return Settings(BUILTIN_COMM_PATTERNS + tuple(extra), reduce_cost=reduce_cost, verdict=verdict)
+    resources = config.get("resources", {})
+    for key, value in resources.items():
+        if key not in ("threads", "memory_mb") or not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{path}: [resources] {key} must be threads or memory_mb, with a positive whole number")
+    return Settings(
+        BUILTIN_COMM_PATTERNS + tuple(extra),
+        threads=resources.get("threads", Settings.threads),
+        memory_mb=resources.get("memory_mb", Settings.memory_mb),
+        reduce_cost=reduce_cost,
+        verdict=verdict,
+    )
