@@ -22,6 +22,7 @@ from pipelines.warehouse import TABLES, Warehouse
 
 MAX_STRETCHES = 20_000
 MAX_POINTS = 1_500
+MAX_STEPS = 200
 
 
 def _rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict]:
@@ -30,7 +31,7 @@ def _rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict]:
 
 def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict]) -> str:
     """The report's HTML, from a roll-up session (every published run, roll-ups recomputed)."""
-    sql.set_variables(con, run_id=run_id, max_stretches=MAX_STRETCHES, max_points=MAX_POINTS)
+    sql.set_variables(con, run_id=run_id, max_stretches=MAX_STRETCHES, max_points=MAX_POINTS, max_steps=MAX_STEPS)
     headline = _rows(con, "headline")
     if not headline:
         raise LookupError(f"run {run_id!r} has no published tables")
@@ -42,7 +43,9 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
 
     states = con.sql(sql.report_query("step_states")).pl()
     if states.height:
-        page.add("Step breakdown", page.chart(charts.step_breakdown_chart(states)))
+        steps = run["steps"]
+        shown = paragraph(f"The first {MAX_STEPS} of the run's {steps} steps are drawn.") if steps > MAX_STEPS else ""
+        page.add("Step breakdown", page.chart(charts.step_breakdown_chart(states)) + shown)
         step = _rows(con, "representative_step")[0]["step"]
         sql.set_variables(con, step=step)
         stretches = con.sql(sql.report_query("step_stretches")).pl()

@@ -1,5 +1,6 @@
 -- One point per matched collective: its message size and the bus bandwidth of its transfer, with
--- the line rate it is compared with. From collective_bw.
+-- the line rate it is compared with. From collective_bw. At most `max_points` of them, a fixed
+-- pseudo-random sample (by the hash of the collective) when a run has more.
 SELECT
   op,
   scope,
@@ -9,3 +10,4 @@ SELECT
 FROM collective_bw
 WHERE run_id = getvariable('run_id') AND bytes > 0 AND transfer_busbw_gbps IS NOT NULL
 GROUP BY collective_key, op, scope
+QUALIFY row_number() OVER (ORDER BY hash(collective_key)) <= getvariable('max_points')
