@@ -67,7 +67,7 @@ def parse_run(
     """Write `runs`, `ranks`, `process_groups`, `trace_events` and `parse_issues` for one run."""
     started = time.perf_counter()
     issues = list(source.issues)
-    con = duckdb.connect(config={"threads": settings.threads, "preserve_insertion_order": False})
+    con = duckdb.connect(config=settings.duckdb_config())
     try:
         events_dir = warehouse.table_dir(version, "trace_events")
         work_root = version / "_work"
@@ -313,6 +313,28 @@ def _link(source: RunSource, prefix: str) -> tuple[float | None, str | None]:
     return None, None
 
 
+def _missing_ranks(source: RunSource, found: set[int], world_size: int | None) -> list[ParseIssue]:
+    """Ranks the world size promises but no trace holds, and ranks beyond it: both skew the analysis."""
+    if not found or not world_size:
+        return []
+    missing = sorted(set(range(world_size)) - found)
+    beyond = sorted(r for r in found if r >= world_size or r < 0)
+    issues = []
+    if missing:
+        shown = ", ".join(map(str, missing[:20])) + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
+        issues.append(
+            ParseIssue(
+                str(source.path), None, None, "warning",
+                f"no trace for rank {shown} of world size {world_size}: cross-rank results cover the ranks found only",
+            )
+        )
+    if beyond:
+        issues.append(
+            ParseIssue(str(source.path), None, None, "warning", f"traces for rank {', '.join(map(str, beyond))} beyond world size {world_size}")
+        )
+    return issues
+
+
 def _run_row(source: RunSource, rank_rows: list[dict], metas: dict[int, dict], issues: list[ParseIssue]) -> dict:
     manifest = source.manifest
     link_gbps, link_source = _link(source, "link")
@@ -332,6 +354,7 @@ def _run_row(source: RunSource, rank_rows: list[dict], metas: dict[int, dict], i
         world_size, world_source = trace_world, "trace"
     else:
         world_size, world_source = ranks_found, "ranks found"
+    issues.extend(_missing_ranks(source, {r["rank"] for r in rank_rows}, world_size))
     hosts = {r["host"] for r in rank_rows if r["host"]}
     tags = manifest.get("tags") if isinstance(manifest.get("tags"), dict) else {}
     backends = [r["backend"] for r in rank_rows if r["backend"]]
