@@ -244,3 +244,20 @@ def test_user_patterns_find_custom_communication_kernels(tmp_path):
     ingest_directly(configured, trace, "custom", settings=load(configured.root))
     comm_ms, collectives = query(configured, "SELECT comm_ns / 1e6, collectives FROM rank_breakdown")[0]
     assert collectives == 21 and comm_ms == pytest.approx(46.876, abs=0.001)
+
+
+def test_resource_settings_change_speed_not_results(tmp_path, shared_warehouse):
+    """One thread and a small memory limit (forcing DuckDB to spill) give the same rows as the defaults."""
+    store = Warehouse(tmp_path / "small")
+    store.ensure()
+    (store.root / "wirespeed.toml").write_text("[resources]\nthreads = 1\nmemory_mb = 64\n")
+    settings = load(store.root)
+    assert (settings.threads, settings.duckdb_config()["memory_limit"]) == (1, "64MB")
+    path = TRACES / "hta_sampled_2rank"
+    ingest_directly(store, path, "sampled_2rank", settings=settings)
+    columns = "rank, step, step_ns, compute_ns, exposed_comm_ns, other_ns, idle_ns, comm_ns, overlap_ns"
+    statement = f"SELECT {columns} FROM step_breakdown WHERE run_id = 'sampled_2rank' ORDER BY rank, step"
+    assert query(store, statement) == query(shared_warehouse, statement) != []
+    (store.root / "wirespeed.toml").write_text("[resources]\nmemory_mb = 0\n")
+    with pytest.raises(ValueError, match=r"wirespeed.toml: \[resources\] memory_mb"):
+        load(store.root)
