@@ -71,7 +71,11 @@ class Capture:
 
     def __enter__(self) -> Capture:
         self.rank, self.world_size = _rank_and_world()
-        (self.run_dir / rundir.TRACES).mkdir(parents=True, exist_ok=True)
+        try:
+            (self.run_dir / rundir.TRACES).mkdir(parents=True, exist_ok=True)
+        except OSError as failure:  # nowhere to write traces: train without profiling
+            self._fail("start", failure)
+            return self
         launched = os.environ.get(rundir.ENV_LAUNCHER) == "1"
         if not launched and int(os.environ.get("LOCAL_RANK", self.rank)) == 0 and self.sample_interval_s > 0:
             try:
@@ -112,9 +116,12 @@ class Capture:
                 self._fail("stop", failure)
         if self.sampler is not None:
             self.sampling = self.sampler.stop()
-        self._describe_rank()
-        if os.environ.get(rundir.ENV_LAUNCHER) != "1":
-            self._finish_without_launcher()
+        try:
+            self._describe_rank()
+            if os.environ.get(rundir.ENV_LAUNCHER) != "1":
+                self._finish_without_launcher()
+        except Exception as failure:  # a run folder we cannot write must not fail the job
+            warnings.warn(f"wirespeed: could not describe rank {self.rank} in {self.run_dir}: {failure}", stacklevel=2)
 
     def _export(self, profiler: torch.profiler.profile) -> None:
         name = f"rank{self.rank}{self.suffix}" if self.cycles == 0 else f"rank{self.rank}.cycle{self.cycles}{self.suffix}"
@@ -123,6 +130,9 @@ class Capture:
         partial = target.with_name(f".{target.name}.partial{self.suffix}")
         try:
             profiler.export_chrome_trace(str(partial))
+            # Kineto logs a failed write and returns: check that a trace is really there.
+            if not partial.is_file() or partial.stat().st_size == 0:
+                raise OSError(f"the profiler wrote no trace to {partial}")
             os.replace(partial, target)
             self.traces.append(f"{rundir.TRACES}/{name}")
         except Exception as failure:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from conftest import GLOO_RANKS, wirespeed
+from conftest import GLOO_RANKS, REPO, wirespeed
 from pipelines.sources import discover
 
 RANKS = list(range(GLOO_RANKS))
@@ -131,3 +133,47 @@ def test_sampled_counters_carry_the_collectives_traffic(gloo_warehouse):
     assert lo["link_gbps"] == 25.0 and 0 < lo["mean_utilization"] <= lo["peak_utilization"] and lo["comm_windows"] > 0
     cpu = sql_json(gloo_warehouse, "SELECT count(DISTINCT cpu) AS cores FROM cpu_samples")
     assert cpu[0]["cores"] >= 2
+
+
+TRAINING = """
+import sys, warnings, torch
+from collectors.capture import Capture
+
+def train(capture):
+    torch.manual_seed(0)
+    net = torch.nn.Linear(8, 2)
+    optimiser = torch.optim.SGD(net.parameters(), lr=0.1)
+    inputs, labels = torch.randn(16, 8), torch.randint(0, 2, (16,))
+    for _ in range(4):
+        optimiser.zero_grad()
+        torch.nn.functional.cross_entropy(net(inputs), labels).backward()
+        optimiser.step()
+        if capture:
+            capture.step()
+    return net.weight.detach().clone()
+
+plain = train(None)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with Capture(run_dir=sys.argv[1], wait=0, warmup=1, active=2, sample_interval_s=0) as capture:
+        profiled = train(capture)
+print("same weights:", torch.equal(plain, profiled))
+print("warned:", any("training continues" in str(w.message) for w in caught))
+"""
+
+
+@pytest.mark.parametrize("sabotage", ["export", "start"])
+def test_a_failing_profiler_is_recorded_and_training_is_unchanged(tmp_path, sabotage):
+    """A real torch job whose trace cannot be written trains exactly as without the profiler."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    if sabotage == "export":  # a folder, not empty, where the trace's temporary file must go
+        (run_dir / "traces" / ".rank0.pt.trace.json.partial.pt.trace.json" / "something").mkdir(parents=True)
+    else:  # a file where the traces folder must go
+        (run_dir / "traces").write_text("not a folder")
+    result = subprocess.run([sys.executable, "-c", TRAINING, str(run_dir)], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "same weights: True" in result.stdout and "warned: True" in result.stdout
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [(f["stage"], f["rank"]) for f in manifest["failures"]] == [(sabotage, 0)]
+    assert manifest["ranks"][0]["traces"] == [] and (run_dir / "_DONE").is_file()
