@@ -22,5 +22,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# Ingest speed and memory against HTA and raw parsers (docs/performance.md); takes about 15 minutes.
+bench: $(STAMP)
+	$(PY) -m pipelines.bench $(BENCH_ARGS)
+
 clean:
-	rm -rf $(VENV) demo .pytest_cache
+	rm -rf $(VENV) demo bench-data .pytest_cache

@@ -1,0 +1,32 @@
+"""Time HTA's `TraceAnalysis()` load of a trace folder; runs inside HTA's own virtualenv.
+
+Standalone on purpose: HTA pins its own pandas and numpy, so this file imports nothing from
+wirespeed. It prints one JSON line: seconds of the load (imports excluded) and peak memory of
+this process and of the worker processes HTA starts.
+"""
+
+import json
+import resource
+import sys
+import time
+
+
+def main() -> None:
+    trace_dir, backend = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "default"
+    from hta.configs.parser_config import ParserBackend, ParserConfig
+    from hta.trace_analysis import TraceAnalysis
+
+    if backend != "default":
+        config = ParserConfig.get_default_cfg()
+        config.set_parser_backend(ParserBackend(backend))
+        ParserConfig.set_default_cfg(config)
+    started = time.perf_counter()
+    TraceAnalysis(trace_dir=trace_dir)
+    seconds = time.perf_counter() - started
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    print(json.dumps({"seconds": seconds, "peak_bytes": own + workers}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The benchmark's own parts: generated trace sets are realistic, memory watching sees children,
+and a small run of the whole benchmark prints its table. The timings themselves are not tested."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ingest_directly
+
+from pipelines.bench import synth
+from pipelines.bench.measure import run_measured
+from pipelines.bench.scale import tile_events
+from pipelines.analysis import analyze_run
+from pipelines.settings import Settings
+from pipelines.warehouse import PARSE_TABLES, Warehouse
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCE = REPO / "examples" / "nccl_data.json.gz"
+
+
+def test_tiled_trace_set_keeps_steps_launches_and_collectives_apart(tmp_path):
+    meta, events = synth.load(SOURCE)
+    one_tile = sum(len(synth._block(e)) + 2 for e in events)
+    paths = synth.generate(SOURCE, tmp_path / "set", ranks=2, bytes_per_rank=3 * one_tile, ndjson_dir=tmp_path / "nd")
+    assert [p.name for p in paths] == ["rank0.pt.trace.json", "rank1.pt.trace.json"]
+    assert all(abs(p.stat().st_size - 3 * one_tile) < 0.1 * 3 * one_tile for p in paths)
+    lines = (tmp_path / "nd" / "rank1.ndjson").read_bytes().count(b"\n")
+    assert lines == 3 * len(events)
+
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    run_id = ingest_directly(store, tmp_path / "set")
+    con = store.connect()
+    try:
+        source_steps = con.execute("SELECT count(DISTINCT step) FROM steps WHERE run_id = $r", {"r": run_id}).fetchall()[0][0]
+        per_rank = con.execute(
+            "SELECT rank, count(*), count(DISTINCT step), min(step), max(step) FROM steps WHERE run_id = $r GROUP BY rank ORDER BY rank",
+            {"r": run_id},
+        ).fetchall()
+        unlaunched = con.execute(
+            "SELECT count(*) FROM collectives WHERE run_id = $r AND launched_ns IS NULL", {"r": run_id}
+        ).fetchall()[0][0]
+        matched = con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE ranks = 2) FROM collective_sync WHERE run_id = $r", {"r": run_id}
+        ).fetchall()[0]
+    finally:
+        con.close()
+    # Every copy brings its own steps, numbered on from the last; both ranks have the same ones.
+    assert source_steps % 3 == 0 and per_rank[0][1:] == per_rank[1][1:]
+    assert per_rank[0][1] == per_rank[0][2] == per_rank[0][4] - per_rank[0][3] + 1
+    # Launches still pair with their kernels, and each collective matches across the two ranks.
+    assert unlaunched == 0
+    assert matched[0] > 0 and matched[0] == matched[1]
+
+
+def test_tiled_events_scale_the_analysis_input(tmp_path):
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, SOURCE, "small")
+    small = store.published("small")
+    version = store.start_version("big", "bench", ())
+    for table in PARSE_TABLES:
+        if table != "trace_events":
+            (version / table).mkdir(parents=True, exist_ok=True)
+            for part in (small / table).iterdir():
+                (version / table / part.name).write_bytes(part.read_bytes())
+    small_devices = _device_events(small)
+    tiles = tile_events(small, version, 4 * small_devices)
+    summary = analyze_run("big", version, store, Settings())
+    con = store.connect()
+    try:
+        steps, collectives = con.execute(
+            "SELECT (SELECT count(*) FROM steps WHERE run_id = 'small'), (SELECT count(*) FROM collectives WHERE run_id = 'small')"
+        ).fetchall()[0]
+    finally:
+        con.close()
+    assert tiles == 4 and _device_events(version) == 4 * small_devices
+    assert summary.rows["steps"] == 4 * steps and summary.rows["collectives"] == 4 * collectives
+
+
+def _device_events(version: Path) -> int:
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        return con.execute(
+            "SELECT count(*) FROM read_parquet($p) WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')",
+            {"p": str(version / "trace_events" / "*.parquet")},
+        ).fetchall()[0][0]
+    finally:
+        con.close()
+
+
+def test_memory_of_worker_processes_is_counted(tmp_path):
+    grandchild = "import time; b = bytearray(300 * 10**6); time.sleep(1.5)"
+    child = (
+        "import json, subprocess, sys, time; "
+        f"subprocess.run([sys.executable, '-c', {grandchild!r}], check=True); "
+        "print(json.dumps({'seconds': 1.0}))"
+    )
+    measured = run_measured([sys.executable, "-c", child])
+    assert measured.failure is None and measured.seconds == 1.0
+    assert measured.peak_bytes > 300 * 10**6
+
+
+def test_a_failing_method_is_reported_not_raised():
+    measured = run_measured([sys.executable, "-c", "raise SystemExit('no parser here')"])
+    assert measured.seconds is None and "no parser here" in measured.failure
+
+
+def test_small_benchmark_prints_every_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.bench", "--sizes", "2x3", "--work", str(tmp_path), "--no-hta",
+         "--device-events", "150000"],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    table = result.stdout
+    for method in ("wirespeed ingest", "wirespeed ingest (.json.gz)", "orjson.loads", "DuckDB read_json, whole file",
+                   "DuckDB read_json, NDJSON", "gunzip (zcat)", "wirespeed analysis SQL alone"):
+        assert f"| {method}" in table, method
+    wirespeed_rows = [line for line in table.splitlines() if line.startswith("| 2x3 | wirespeed")]
+    assert len(wirespeed_rows) == 2 and not any("failed" in line for line in wirespeed_rows)
+    assert ".json.gz takes" in table
