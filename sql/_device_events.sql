@@ -3,18 +3,19 @@
 -- An intermediate table (not published) that reads `trace_events` once for what every analysis of
 -- the device timeline needs, so no later query scans the raw events again. A device event's launch
 -- is the runtime call with the same `correlation` in the same trace file (the earliest, should
--- there be several; a file is one rank's, so the file and the correlation identify it); it is NULL when the trace has none. An event is communication if it carries
--- collective metadata or its name matches a communication pattern, memory if it is a copy, fill
--- or DMA. The patterns are tested once per distinct name, not once per event: a run repeats a few
--- thousand kernel names millions of times.
+-- there be several; a file is one rank's, so the file and the correlation identify it); it is
+-- NULL when the trace has none. An event is communication if it carries collective metadata or
+-- its name matches a communication pattern, memory if it is a copy, fill or DMA. The patterns are
+-- tested once per distinct name, not once per event: a run repeats a few thousand kernel names
+-- millions of times. Only communication keeps its name: later queries need no other, and the
+-- names of millions of compute kernels would be most of the table's memory.
 --
 -- Grain: one row per run, rank and device event with a usable interval.
 --
 -- Columns:
 --   rank INTEGER  Global rank.
 --   file_index INTEGER  Trace file the event came from.
---   cat VARCHAR  Kineto category (kernel, gpu_memcpy, gpu_memset, ...).
---   name VARCHAR  Kernel name.
+--   name VARCHAR  Kernel name, of communication events only.
 --   start_ns BIGINT  Start, ns since the Unix epoch.
 --   end_ns BIGINT  End.
 --   launched_ns BIGINT  When its runtime call launched it; NULL when the trace has no such call.
@@ -31,12 +32,20 @@
 --   pg_desc VARCHAR  Process group description.
 --   seq BIGINT  The collective's sequence number in its process group.
 --   comms_id UBIGINT  The collective's cross-rank id.
-WITH device AS MATERIALIZED (
+WITH names AS (
+  SELECT name, is_comm_name(name) AS comm_name, is_memory_name(name) AS memory_name
+  FROM (SELECT DISTINCT name FROM trace_events WHERE ph = 'X' AND is_device_event(cat))
+),
+device AS MATERIALIZED (
   SELECT
-    rank, file_index, cat, name, ts_ns, dur_ns, correlation, external_id, stream, collective, in_nelems,
-    out_nelems, group_size, dtype, pg_name, pg_desc, seq, comms_id
-  FROM trace_events
-  WHERE ph = 'X' AND is_device_event(cat) AND is_valid_interval(ts_ns, dur_ns)
+    e.rank, e.file_index, e.ts_ns, e.dur_ns, e.correlation, e.external_id, e.stream,
+    e.collective IS NOT NULL OR coalesce(n.comm_name, false) AS is_comm,
+    is_memory_category(e.cat) OR coalesce(n.memory_name, false) AS is_memory,
+    CASE WHEN is_comm THEN e.name END AS name,
+    e.collective, e.in_nelems, e.out_nelems, e.group_size, e.dtype, e.pg_name, e.pg_desc, e.seq, e.comms_id
+  FROM trace_events AS e
+  LEFT JOIN names AS n ON n.name = e.name
+  WHERE e.ph = 'X' AND is_device_event(e.cat) AND is_valid_interval(e.ts_ns, e.dur_ns)
 ),
 launches AS (
   -- Only the runtime calls that launched a device event: most are not launches at all.
@@ -45,26 +54,18 @@ launches AS (
   WHERE cat IN ('cuda_runtime', 'cuda_driver', 'Runtime', 'Driver') AND correlation IS NOT NULL
     AND (file_index, correlation) IN (SELECT file_index, correlation FROM device)
   GROUP BY ALL
-),
-names AS (
-  SELECT
-    name,
-    is_comm_name(name) AS comm_name,
-    is_memory_name(name) AS memory_name
-  FROM (SELECT DISTINCT name FROM device)
 )
 SELECT
   d.rank,
   d.file_index,
-  d.cat,
   d.name,
   d.ts_ns AS start_ns,
   d.ts_ns + d.dur_ns AS end_ns,
   l.launched_ns,
   d.external_id,
   d.stream,
-  d.collective IS NOT NULL OR coalesce(n.comm_name, false) AS is_comm,
-  is_memory_category(d.cat) OR coalesce(n.memory_name, false) AS is_memory,
+  d.is_comm,
+  d.is_memory,
   d.collective,
   d.in_nelems,
   d.out_nelems,
@@ -75,5 +76,4 @@ SELECT
   d.seq,
   d.comms_id
 FROM device AS d
-LEFT JOIN names AS n ON n.name = d.name
 LEFT JOIN launches AS l ON l.file_index = d.file_index AND l.correlation = d.correlation
