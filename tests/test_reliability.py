@@ -429,6 +429,27 @@ def test_run_ids_cannot_escape_the_warehouse_or_reach_sql(tmp_path, run_id):
     assert Path(report.stdout.strip().splitlines()[-1]).resolve().is_relative_to(warehouse.resolve())
 
 
+
+def test_file_names_with_quotes_spaces_and_unicode_ingest_and_are_named_exactly(tmp_path):
+    """File names reach DuckDB as parameters, never as SQL: a name that is SQL is just a name."""
+    run = tmp_path / "run \"quoted\" ünï"
+    run.mkdir()
+    good = "rank 0 it's'); DROP TABLE runs; -- 🚀.json.gz"
+    bad = "rank 1 $(rm -rf ~) ü.json"
+    (run / good).write_bytes((SAMPLED / "sampled_rank-0.json.gz").read_bytes())
+    (run / bad).write_text("not a trace")
+    inputs = digest(run)
+    warehouse = tmp_path / "warehouse"
+    wirespeed("ingest", str(run), "--run-id", "names", "--warehouse", str(warehouse), "--quiet")
+    def rows(query):
+        return json.loads(wirespeed("sql", query, "--warehouse", str(warehouse), "--format", "json").stdout)
+    assert [Path(r["trace_file"]).name for r in rows("SELECT trace_file FROM ranks")] == [good]
+    errors = rows("SELECT file, reason FROM parse_issues WHERE severity = 'error'")
+    assert [Path(r["file"]).name for r in errors] == [bad]
+    assert rows("SELECT run_id FROM runs") == [{"run_id": "names"}]
+    assert digest(run) == inputs
+
+
 def test_nothing_loads_pickles():
     """No code path unpickles anything a user hands over (Flight Recorder dumps are not read)."""
     pattern = re.compile(r"\b(import pickle|from pickle|pickle\.load|torch\.load|import dill|import shelve|marshal\.load)")
