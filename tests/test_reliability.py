@@ -267,20 +267,25 @@ def test_nccl_log_cut_mid_line_says_so(tmp_path_factory, fraction):
 # --- runs as a whole: ranks, manifests ---------------------------------------------------------------
 
 
-def test_duplicated_and_missing_rank_files_are_reported(tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "rank0.json.gz").write_bytes((SAMPLED / "sampled_rank-0.json.gz").read_bytes())
-    (run / "rank0-copy.json.gz").write_bytes((SAMPLED / "sampled_rank-0.json.gz").read_bytes())
+def ingest_and_query(tmp_path: Path, run: Path, *queries: str) -> list[list[tuple]]:
+    """Ingest a run folder into a fresh warehouse; the rows of each query over it."""
     store = Warehouse(tmp_path / "warehouse")
     store.ensure()
     ingest_directly(store, run)
     con = store.connect()
     try:
-        reasons = [r[0] for r in con.execute("SELECT reason FROM parse_issues").fetchall()]
-        ranks = con.execute("SELECT rank FROM ranks").fetchall()
+        return [con.execute(query).fetchall() for query in queries]
     finally:
         con.close()
+
+
+def test_duplicated_and_missing_rank_files_are_reported(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank0.json.gz").write_bytes((SAMPLED / "sampled_rank-0.json.gz").read_bytes())
+    (run / "rank0-copy.json.gz").write_bytes((SAMPLED / "sampled_rank-0.json.gz").read_bytes())
+    issues, ranks = ingest_and_query(tmp_path, run, "SELECT reason FROM parse_issues", "SELECT rank FROM ranks")
+    reasons = [r[0] for r in issues]
     assert ranks == [(0,)]
     assert any("already covered over the same time" in r for r in reasons)
     # The trace says it is rank 0 of 128 (HTA sampled two ranks of a larger job).
@@ -293,15 +298,10 @@ def test_a_manifest_that_contradicts_the_traces_is_reported(tmp_path):
     for rank in (0, 1):
         (run / "traces" / f"rank{rank}.json.gz").write_bytes((SAMPLED / f"sampled_rank-{rank}.json.gz").read_bytes())
     (run / "manifest.json").write_text(json.dumps({"run_id": "contradicted", "world_size": 4}))
-    store = Warehouse(tmp_path / "warehouse")
-    store.ensure()
-    ingest_directly(store, run)
-    con = store.connect()
-    try:
-        reasons = [r[0] for r in con.execute("SELECT reason FROM parse_issues").fetchall()]
-        world = con.execute("SELECT world_size, world_size_source, ranks_found FROM runs").fetchall()
-    finally:
-        con.close()
+    issues, world = ingest_and_query(
+        tmp_path, run, "SELECT reason FROM parse_issues", "SELECT world_size, world_size_source, ranks_found FROM runs"
+    )
+    reasons = [r[0] for r in issues]
     assert world == [(4, "manifest", 2)]
     assert any("manifest says world size 4 but the traces say 128" in r for r in reasons)
     assert any("no trace for rank 2, 3 of world size 4" in r for r in reasons)
@@ -312,17 +312,11 @@ def test_a_malformed_manifest_is_reported_and_the_traces_still_ingest(tmp_path):
     (run / "traces").mkdir(parents=True)
     (run / "traces" / "rank0.json.gz").write_bytes((SAMPLED / "sampled_rank-0.json.gz").read_bytes())
     (run / "manifest.json").write_text('{"run_id": "half-writ')
-    store = Warehouse(tmp_path / "warehouse")
-    store.ensure()
-    run_id = ingest_directly(store, run)
-    con = store.connect()
-    try:
-        issues = con.execute("SELECT file, line, reason FROM parse_issues WHERE file LIKE '%manifest.json'").fetchall()
-        events = con.execute("SELECT count(*) FROM trace_events WHERE run_id = $r", {"r": run_id}).fetchall()[0][0]
-    finally:
-        con.close()
+    issues, events = ingest_and_query(
+        tmp_path, run, "SELECT file, line, reason FROM parse_issues WHERE file LIKE '%manifest.json'", "SELECT count(*) FROM trace_events"
+    )
     assert issues and issues[0][1] == 1 and "does not parse" in issues[0][2]
-    assert events > 0
+    assert events[0][0] > 0
 
 
 # --- faults: killed ingests, repeats, two at once -------------------------------------------------------
