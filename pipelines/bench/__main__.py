@@ -72,7 +72,7 @@ def _arguments() -> argparse.ArgumentParser:
     parser.add_argument("--no-references", action="store_true", help="skip the raw-read references")
     parser.add_argument("--device-events", type=int, default=10_000_000,
                         help="device events for the analysis-at-scale line; 0 skips it")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds before a method is given up (default 900)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds before a method is given up (default 300)")
     return parser
 
 
