@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +43,6 @@ class ReadTrace:
     input_bytes: int
     truncated: bool
     issues: list[ParseIssue] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 @dataclass
@@ -74,22 +72,18 @@ def rank_from_trace(meta: dict, path: Path) -> tuple[int | None, str]:
 
 def read_trace(path: Path, work_dir: Path) -> ReadTrace:
     """Cut `path` into chunks for DuckDB, or decode it exactly when it cannot be cut."""
-    started = time.perf_counter()
     try:
         cut = split_trace(path, work_dir / "cut")
     except CannotCut:
-        return _read_exactly(path, work_dir, started, [])
-    return ReadTrace(
-        path, cut.meta, cut.chunk_paths, "array", "fast", cut.layout, cut.input_bytes, cut.truncated, cut.issues,
-        time.perf_counter() - started,
-    )
+        return _read_exactly(path, work_dir, [])
+    return ReadTrace(path, cut.meta, cut.chunk_paths, "array", "fast", cut.layout, cut.input_bytes, cut.truncated, cut.issues)
 
 
-def _read_exactly(path: Path, work_dir: Path, started: float, earlier: list[ParseIssue]) -> ReadTrace:
+def _read_exactly(path: Path, work_dir: Path, earlier: list[ParseIssue]) -> ReadTrace:
     exact = exact_trace(path, work_dir / "exact", frozenset(ARG_KEYS))
     return ReadTrace(
         path, exact.meta, exact.chunk_paths, "newline_delimited", "exact", "any", exact.input_bytes,
-        exact.truncated, earlier + exact.issues, time.perf_counter() - started,
+        exact.truncated, earlier + exact.issues,
     )
 
 
@@ -119,12 +113,11 @@ def write_events(
     except duckdb.Error as refused:
         if trace.parser == "exact":
             raise
-        started = time.perf_counter() - trace.seconds
         note = ParseIssue(
             str(trace.path), None, None, "warning",
             f"the fast parser could not read this trace ({_first_line(refused)}); it was read event by event",
         )
-        exact = _read_exactly(trace.path, work_dir, started, [note])
+        exact = _read_exactly(trace.path, work_dir, [note])
         # The fast pass may have read the metadata fine even when an event is bad; keep it.
         exact.meta = exact.meta or trace.meta
         _copy(con, exact, out_path)
