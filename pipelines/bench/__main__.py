@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pipelines.bench import scale, synth
 from pipelines.bench.measure import Measured, run_measured
-from pipelines.warehouse import PARSE_TABLES, Warehouse
+from pipelines.warehouse import Warehouse
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -143,11 +143,8 @@ def _measure_analysis(first_set: Path, args) -> Row:
     shutil.rmtree(store.root, ignore_errors=True)
     store.ensure()
     version = store.start_version("scaled", "bench", ())
-    for table in PARSE_TABLES:
-        if table != "trace_events":
-            shutil.copytree(parsed / table, version / table, dirs_exist_ok=True)
     print(f"tiling events to {args.device_events:,} device events ...", file=sys.stderr)
-    scale.tile_events(parsed, version, args.device_events)
+    scale.scaled_version(parsed, version, args.device_events)
     size = f"{args.device_events / 1e6:g}M device events"
     measured = run_measured([sys.executable, "-m", "pipelines.bench.children", "analysis", str(version)], args.timeout)
     return Row(size, "wirespeed analysis SQL alone", 0, measured)

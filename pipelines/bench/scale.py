@@ -9,23 +9,45 @@ still pair with kernels and collectives still match across ranks, within their o
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import duckdb
 
 from pipelines import sql
+from pipelines.warehouse import PARSE_TABLES
+
+
+def scaled_version(parsed: Path, target: Path, device_events: int) -> int:
+    """Make `target` a parsed version like `parsed`, its events tiled to `device_events`; return tiles."""
+    for table in PARSE_TABLES:
+        if table != "trace_events":
+            shutil.copytree(parsed / table, target / table, dirs_exist_ok=True)
+    return tile_events(parsed, target, device_events)
+
+
+def count_device_events(version: Path) -> int:
+    """Device events in a version's `trace_events`, by the analysis's own definition."""
+    con = duckdb.connect()
+    try:
+        sql.run_macros(con)
+        sql.set_variables(con, events=str(version / "trace_events" / "*.parquet"))
+        query = "SELECT count(*) FROM read_parquet(getvariable('events')) WHERE ph = 'X' AND is_device_event(cat)"
+        return con.execute(query).fetchall()[0][0]
+    finally:
+        con.close()
 
 
 def tile_events(source_version: Path, target_version: Path, device_events: int) -> int:
     """Write `trace_events` of about `device_events` device events into `target_version`; return tiles."""
+    per_tile = count_device_events(source_version)
     con = duckdb.connect(config={"preserve_insertion_order": False})
     try:
         sql.set_variables(con, events=str(source_version / "trace_events" / "*.parquet"))
         con.execute("CREATE VIEW source AS SELECT * FROM read_parquet(getvariable('events'))").fetchall()
-        per_tile, span, steps, ids = con.execute(
+        span, steps, ids = con.execute(
             """
             SELECT
-              count(*) FILTER (WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')),
               max(ts_ns + coalesce(dur_ns, 0)) - min(ts_ns) + 1000,
               coalesce(max(TRY_CAST(regexp_extract(name, '^ProfilerStep#(\\d+)$', 1) AS BIGINT)), 0) + 1,
               greatest(coalesce(max(correlation), 0), coalesce(max(external_id), 0), coalesce(max(seq), 0)) + 1
