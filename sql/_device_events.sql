@@ -8,7 +8,9 @@
 -- its name matches a communication pattern, memory if it is a copy, fill or DMA. The patterns are
 -- tested once per distinct name, not once per event: a run repeats a few thousand kernel names
 -- millions of times. Only communication keeps its name: later queries need no other, and the
--- names of millions of compute kernels would be most of the table's memory.
+-- names of millions of compute kernels would be most of the table's memory. So the distinct names
+-- come from a pass of their own over `trace_events` (0.2 s over 72 million events: it reads
+-- little more than the name column), and the events are classified as they are read.
 --
 -- Grain: one row per run, rank and device event with a usable interval.
 --

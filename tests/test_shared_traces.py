@@ -247,7 +247,7 @@ def test_user_patterns_find_custom_communication_kernels(tmp_path):
 
 
 def test_resource_settings_change_speed_not_results(tmp_path, shared_warehouse):
-    """One thread and a small memory limit (forcing DuckDB to spill) give the same rows as the defaults."""
+    """One thread and a 64 MB memory limit give the same rows as the defaults: settings change speed only."""
     store = Warehouse(tmp_path / "small")
     store.ensure()
     (store.root / "wirespeed.toml").write_text("[resources]\nthreads = 1\nmemory_mb = 64\n")

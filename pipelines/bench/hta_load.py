@@ -12,14 +12,9 @@ import time
 
 
 def main() -> None:
-    trace_dir, backend = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "default"
-    from hta.configs.parser_config import ParserBackend, ParserConfig
+    trace_dir = sys.argv[1]
     from hta.trace_analysis import TraceAnalysis
 
-    if backend != "default":
-        config = ParserConfig.get_default_cfg()
-        config.set_parser_backend(ParserBackend(backend))
-        ParserConfig.set_default_cfg(config)
     started = time.perf_counter()
     TraceAnalysis(trace_dir=trace_dir)
     seconds = time.perf_counter() - started
