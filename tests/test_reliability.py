@@ -262,6 +262,14 @@ def test_nccl_log_cut_mid_line_says_so(tmp_path_factory, fraction):
     rows = read_log(path, "r")
     if not data[:cut].endswith(b"\n") and data[:cut].split(b"\n")[-1].strip():
         assert any("middle of this line" in i.reason for i in rows.issues)
+    # Every whole line before the cut gives exactly what it gives in a log that ends there.
+    whole = work / "whole.log"
+    whole.write_bytes(data[: data.rfind(b"\n", 0, cut) + 1])
+    expected_rows = read_log(whole, "r")
+    strip = lambda found: [{k: v for k, v in r.items() if k != "log_file"} for r in found]  # noqa: E731
+    for records in ("comms", "connections", "calls", "messages", "tests"):
+        assert strip(getattr(rows, records)) == strip(getattr(expected_rows, records)), records
+    assert fraction < 0.5 or expected_rows.connections, "the log's second half holds connections"
 
 
 # --- runs as a whole: ranks, manifests ---------------------------------------------------------------
