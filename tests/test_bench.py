@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-from conftest import ingest_directly
+from conftest import REPO, ingest_directly
 
 from pipelines.bench import synth
 from pipelines.bench.measure import run_measured
@@ -16,7 +15,6 @@ from pipelines.analysis import analyze_run
 from pipelines.settings import Settings
 from pipelines.warehouse import Warehouse
 
-REPO = Path(__file__).resolve().parent.parent
 SOURCE = REPO / "examples" / "nccl_data.json.gz"
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 import orjson
 import pytest
-from conftest import REPO, TRACES, ingest_directly, wirespeed
+from conftest import REPO, SHARED, TRACES, ingest_directly, wirespeed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +32,7 @@ from pipelines.nccl.logfile import read_log
 from pipelines.warehouse import Warehouse
 
 SAMPLED = TRACES / "hta_sampled_2rank"
-LOGS = REPO.parent / "shared" / "nccl_logs"
+LOGS = SHARED / "nccl_logs"
 
 
 def kineto_layout(meta: dict, events: list[dict]) -> bytes:
