@@ -1,11 +1,14 @@
 """The analysis stage of a run: its parse tables in, its analysis tables out.
 
 Everything here is SQL from `sql/`, run in a private in-memory DuckDB session over the Parquet
-files of one staging version. Re-running it never re-reads a raw trace.
+files of one staging version. Re-running it never re-reads a raw trace. Published tables go
+straight to their Parquet files and are read back from there; intermediates live in the session
+until the last query that reads them, so that a large run's analysis stays within its memory.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +21,15 @@ from pipelines.settings import Settings
 from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
 
 # Build order: each file may read the tables before it. Names starting with `_` are
-# intermediate and not published.
+# intermediate and not published. `_bucket_readiness` comes early so that `_device_events`, its
+# last reader, leaves memory before the sweep (`_segments`).
 BUILD_ORDER = (
     "_device_events",
     "_activity",
     "steps",
-    "_segments",
     "collectives",
+    "_bucket_readiness",
+    "_segments",
     "step_timeline",
     "step_breakdown",
     "rank_breakdown",
@@ -65,12 +70,27 @@ def open_version(
         max_dur_ns=MAX_PLAUSIBLE_DUR_NS,
     )
     for name in tables:
-        con.execute(
-            f'CREATE OR REPLACE VIEW "{name}" AS SELECT * FROM read_parquet('
-            f"getvariable('version_dir') || '/{name}/*.parquet', union_by_name = true)"
-        ).fetchall()
+        _create_view(con, name)
     sql.run_macros(con)
     return con
+
+
+def _create_view(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """A view of table `name` over its Parquet files in the session's version."""
+    con.execute(
+        f'CREATE OR REPLACE VIEW "{name}" AS SELECT * FROM read_parquet('
+        f"getvariable('version_dir') || '/{name}/*.parquet', union_by_name = true)"
+    ).fetchall()
+
+
+# The run's N and line rate, read before the what-if tables are built (see _register_whatif_inputs).
+WHATIF_INPUTS_QUERY = """
+SELECT
+  (SELECT max(ranks) FROM _whatif_scenario),
+  CASE WHEN (SELECT bool_and(scope = 'intra') FROM collective_bw) AND (SELECT any_value(intra_link_gbps) FROM runs) > 0
+       THEN (SELECT any_value(intra_link_gbps) FROM runs)
+       ELSE (SELECT any_value(link_gbps) FROM runs) END
+"""
 
 
 def _register_whatif_inputs(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
@@ -79,20 +99,41 @@ def _register_whatif_inputs(con: duckdb.DuckDBPyConnection, settings: Settings) 
     The run's own line rate is that of the link its collectives use: the intra-node rate when all
     of them stay within one host and that rate is known, else the NIC's.
     """
-    ranks, link = con.execute(
-        """
-        SELECT
-          (SELECT max(ranks) FROM _whatif_scenario),
-          CASE WHEN (SELECT bool_and(scope = 'intra') FROM collective_bw) AND (SELECT any_value(intra_link_gbps) FROM runs) > 0
-               THEN (SELECT any_value(intra_link_gbps) FROM runs)
-               ELSE (SELECT any_value(link_gbps) FROM runs) END
-        """
-    ).fetchall()[0]
+    ranks, link = con.execute(WHATIF_INPUTS_QUERY).fetchall()[0]
     ranks = ranks or 1
     bandwidths = tuple(sorted(set(whatif.DEFAULT_BANDWIDTHS_GBPS) | ({link} if link else set())))
     grid = whatif.Grid(tuple(ranks * m for m in whatif.DEFAULT_RANK_MULTIPLES), bandwidths, whatif.DEFAULT_COMPRESSIONS)
     whatif.register_inputs(con, grid, settings.reduce_cost)
     sql.set_variables(con, fusion="observed", run_link_gbps=link)
+
+
+def last_readers(order: tuple[str, ...] = BUILD_ORDER) -> dict[str, str]:
+    """For each intermediate table of `order`, the last table after it whose SQL reads it.
+
+    Read from the SQL text: an intermediate that no later query names can leave memory once it is
+    built, and on a large run the session's tables are what would otherwise spill to disk.
+    """
+    texts = {name: sql.table(name).query for name in order}
+    texts[WHATIF_START] += WHATIF_INPUTS_QUERY  # read in Python just before that table is built
+    last = {}
+    for position, name in enumerate(order):
+        if name in ANALYSIS_TABLES:
+            continue
+        pattern = re.compile(rf"\b{re.escape(name)}\b")
+        readers = [later for later in order[position + 1 :] if pattern.search(texts[later])]
+        last[name] = readers[-1] if readers else name
+    return last
+
+
+def _publish(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> int:
+    """Write a published table straight to its Parquet file; later queries read it back from there.
+
+    The file is needed anyway, and reading it back costs little, while holding a table of tens of
+    millions of rows (`step_timeline`) in the session would push the rest of the analysis to disk.
+    """
+    written = sql.write_parquet(con, f"({sql.table(name).select()})", folder / "part-0.parquet")
+    _create_view(con, name)
+    return written
 
 
 def analyze_run(run_id: str, version: Path, warehouse: Warehouse, settings: Settings) -> AnalysisSummary:
@@ -101,14 +142,20 @@ def analyze_run(run_id: str, version: Path, warehouse: Warehouse, settings: Sett
     con = open_version(version, settings, run_id)
     rows: dict[str, int] = {}
     seconds: dict[str, float] = {}
+    done_after: dict[str, list[str]] = {}
+    for name, reader in last_readers().items():
+        done_after.setdefault(reader, []).append(name)
     try:
         for name in BUILD_ORDER:
             table_started = time.perf_counter()
             if name == WHATIF_START:
                 _register_whatif_inputs(con, settings)
-            rows[name] = sql.materialize(con, name)
             if name in ANALYSIS_TABLES:
-                sql.write_parquet(con, f'"{name}"', warehouse.table_dir(version, name) / "part-0.parquet")
+                rows[name] = _publish(con, name, warehouse.table_dir(version, name))
+            else:
+                rows[name] = sql.materialize(con, name)
+            for finished in done_after.get(name, []):
+                con.execute(f'DROP TABLE "{finished}"').fetchall()
             seconds[name] = time.perf_counter() - table_started
     finally:
         con.close()

@@ -153,9 +153,9 @@ def materialize_from(con: duckdb.DuckDBPyConnection, name: str, relation: str) -
     return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 
 
-def write_parquet(con: duckdb.DuckDBPyConnection, source: str, path: Path) -> None:
-    """Write a table (or a parenthesised query) of this connection to a Parquet file."""
-    con.execute(f"COPY {source} TO $path (FORMAT parquet, COMPRESSION zstd)", {"path": str(path)}).fetchall()
+def write_parquet(con: duckdb.DuckDBPyConnection, source: str, path: Path) -> int:
+    """Write a table (or a parenthesised query) of this connection to a Parquet file; return its rows."""
+    return con.execute(f"COPY {source} TO $path (FORMAT parquet, COMPRESSION zstd)", {"path": str(path)}).fetchall()[0][0]
 
 
 @cache
