@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pipelines.bench import scale, synth
 from pipelines.bench.measure import Measured, run_measured
+from pipelines.settings import Settings
 from pipelines.warehouse import Warehouse
 
 HERE = Path(__file__).resolve().parent
@@ -30,6 +31,7 @@ REPO = HERE.parent.parent
 DEFAULT_SOURCE = REPO / "examples" / "nccl_data.json.gz"
 REFERENCE_PACKAGES = ("traceinsight==0.6.1", "orjson==3.13.0", "pysimdjson==7.0.2")
 MB = 10**6
+READ_BYTES = 8 << 20
 
 
 @dataclass
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += _measure_size(size, sets, args, reference_python)
     if args.device_events and first_set is not None:
         rows.append(_measure_analysis(first_set, args))
-    _print_table(rows)
+    _print_table(rows, args.memory_mb)
     return 0
 
 
@@ -72,6 +74,8 @@ def _arguments() -> argparse.ArgumentParser:
     parser.add_argument("--no-references", action="store_true", help="skip the raw-read references")
     parser.add_argument("--device-events", type=int, default=10_000_000,
                         help="device events for the analysis-at-scale line; 0 skips it")
+    parser.add_argument("--memory-mb", type=int, default=Settings.memory_mb,
+                        help=f"DuckDB's memory limit for wirespeed, as [resources] memory_mb (default {Settings.memory_mb})")
     parser.add_argument("--timeout", type=float, default=300, help="seconds before a method is given up (default 300)")
     return parser
 
@@ -109,31 +113,41 @@ def _measure_size(size: str, sets: dict[str, Path], args, reference_python: Path
     data = sum(Path(p).stat().st_size for p in _files(sets["plain"]))
     here = sys.executable
     references = REPO / "pipelines" / "bench" / "reference_reads.py"
-    methods: list[tuple[str, list[str]]] = [
-        ("wirespeed ingest", _ingest(sets["plain"], args.work / size / "warehouse-plain")),
-        ("wirespeed ingest (.json.gz)", _ingest(sets["gzip"], args.work / size / "warehouse-gzip")),
+    # (method, the set it reads, its command)
+    methods: list[tuple[str, str, list[str]]] = [
+        ("wirespeed ingest", "plain", _ingest(sets["plain"], args.work / size / "warehouse-plain", args.memory_mb)),
+        ("wirespeed ingest (.json.gz)", "gzip", _ingest(sets["gzip"], args.work / size / "warehouse-gzip", args.memory_mb)),
     ]
     if reference_python is not None:
-        methods.append(("HTA TraceAnalysis()", [str(reference_python), str(HERE / "hta_load.py"), str(sets["plain"])]))
+        methods.append(("HTA TraceAnalysis()", "plain", [str(reference_python), str(HERE / "hta_load.py"), str(sets["plain"])]))
     if not args.no_references:
         methods += [
-            ("orjson.loads, 2 processes", [here, str(references), "orjson", *_files(sets["plain"])]),
-            ("DuckDB read_json, whole file", [here, str(references), "duckdb_json", *_files(sets["plain"])]),
-            ("DuckDB read_json, NDJSON", [here, str(references), "duckdb_ndjson", *_files(sets["ndjson"])]),
-            ("gunzip (zcat)", [here, str(references), "zcat", *_files(sets["gzip"])]),
+            ("orjson.loads, 2 processes", "plain", [here, str(references), "orjson", *_files(sets["plain"])]),
+            ("DuckDB read_json, whole file", "plain", [here, str(references), "duckdb_json", *_files(sets["plain"])]),
+            ("DuckDB read_json, NDJSON", "ndjson", [here, str(references), "duckdb_ndjson", *_files(sets["ndjson"])]),
+            ("gunzip (zcat)", "gzip", [here, str(references), "zcat", *_files(sets["gzip"])]),
         ]
         if reference_python is not None:
-            methods.append(("simdjson, 1 process", [str(reference_python), str(references), "simdjson", *_files(sets["plain"])]))
+            methods.append(("simdjson, 1 process", "plain", [str(reference_python), str(references), "simdjson", *_files(sets["plain"])]))
     rows = []
-    for name, command in methods:
+    for name, inputs, command in methods:
         print(f"{size}: {name} ...", file=sys.stderr)
+        _warm(sets[inputs])
         rows.append(Row(size, name, data, run_measured(command, args.timeout)))
     return rows
 
 
-def _ingest(run_dir: Path, warehouse: Path) -> list[str]:
+def _warm(folder: Path) -> None:
+    """Read a set once, so that every method finds it in the page cache, not only the ones after another."""
+    for path in _files(folder):
+        with open(path, "rb") as handle:
+            while handle.read(READ_BYTES):
+                pass
+
+
+def _ingest(run_dir: Path, warehouse: Path, memory_mb: int) -> list[str]:
     shutil.rmtree(warehouse, ignore_errors=True)
-    return [sys.executable, "-m", "pipelines.bench.children", "ingest", str(run_dir), str(warehouse)]
+    return [sys.executable, "-m", "pipelines.bench.children", "ingest", str(run_dir), str(warehouse), str(memory_mb)]
 
 
 def _measure_analysis(first_set: Path, args) -> Row:
@@ -146,15 +160,16 @@ def _measure_analysis(first_set: Path, args) -> Row:
     print(f"tiling events to {args.device_events:,} device events ...", file=sys.stderr)
     scale.scaled_version(parsed, version, args.device_events)
     size = f"{args.device_events / 1e6:g}M device events"
-    measured = run_measured([sys.executable, "-m", "pipelines.bench.children", "analysis", str(version)], args.timeout)
+    command = [sys.executable, "-m", "pipelines.bench.children", "analysis", str(version), str(args.memory_mb)]
+    measured = run_measured(command, args.timeout)
     return Row(size, "wirespeed analysis SQL alone", 0, measured)
 
 
-def _print_table(rows: list[Row]) -> None:
+def _print_table(rows: list[Row], memory_mb: int) -> None:
     hta = {row.size: row for row in rows if row.method.startswith("HTA") and row.measured.seconds}
     plain = {row.size: row for row in rows if row.method == "wirespeed ingest" and row.measured.seconds}
     print(f"\nwirespeed benchmark, {time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}\n")
+          f"Python {platform.python_version()}, wirespeed with {memory_mb} MB of DuckDB memory\n")
     print("| set | method | MB/s | peak memory | peak ÷ data | vs HTA |")
     print("|---|---|---|---|---|---|")
     for row in rows:
