@@ -24,7 +24,9 @@ complete event before the cut; the cut is reported as a `ParseIssue` with its by
 from __future__ import annotations
 
 import os
+import queue
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -78,7 +80,7 @@ def open_trace(path: Path) -> BinaryIO:
     with open(path, "rb") as probe:
         magic = probe.read(2)
     if magic == b"\x1f\x8b":
-        return GzipStream(open(path, "rb"))
+        return ReadAhead(GzipStream(open(path, "rb")))
     return open(path, "rb")
 
 
@@ -144,6 +146,72 @@ class GzipStream:
         self.close()
 
 
+class ReadAhead:
+    """Decompresses the next blocks in a thread while the caller cuts and writes the last ones.
+
+    ISA-L and file writes both release the interpreter, so on a large gzip trace the two overlap
+    instead of taking turns. A read returns at most one block; the stream's end or damage is
+    raised, as by `GzipStream`, on the read after the good data.
+    """
+
+    DEPTH = 2  # blocks decompressed ahead: enough to keep the thread busy, little memory
+
+    def __init__(self, stream: GzipStream):
+        self.stream = stream
+        self.blocks: queue.Queue = queue.Queue(self.DEPTH)
+        self.buffer = b""
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._decompress, name="wirespeed-gunzip", daemon=True)
+        self.thread.start()
+
+    def _decompress(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                block = self.stream.read(READ_BYTES)
+            except (EOFError, OSError) as problem:
+                self._put(problem)
+                block = b""
+            self._put(block)
+            if not block:
+                return
+
+    def _put(self, item: bytes | Exception) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.blocks.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def read(self, size: int = -1) -> bytes:
+        if size < 0:
+            parts = []
+            while part := self.read(READ_BYTES):
+                parts.append(part)
+            return b"".join(parts)
+        if not self.buffer:
+            item = self.blocks.get()
+            if isinstance(item, Exception):
+                raise item
+            if not item:
+                self.blocks.put(item)  # the end stays the end for every later read
+                return b""
+            self.buffer = item
+        block, self.buffer = self.buffer[:size], self.buffer[size:]
+        return block
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join()
+        self.stream.close()
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
 def split_trace(path: Path, out_dir: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> SplitTrace:
     """Read `path` once, writing its events into chunk files under `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -153,7 +221,7 @@ def split_trace(path: Path, out_dir: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTE
         reader = _Reader(stream, str(path), issues)
         try:
             header, is_bare_array = _read_header(reader)
-            if isinstance(stream, GzipStream):
+            if isinstance(stream, ReadAhead):
                 separator, carry, carry_offset = _copy_events(reader, writer)
             else:
                 separator, carry, carry_offset = _copy_ranges(stream, reader, writer)
