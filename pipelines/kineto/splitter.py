@@ -102,12 +102,7 @@ class GzipStream:
         self.input = b""
         self.problem: Exception | None = None
 
-    def read(self, size: int = -1) -> bytes:
-        if size < 0:
-            parts = []
-            while part := self.read(READ_BYTES):
-                parts.append(part)
-            return b"".join(parts)
+    def read(self, size: int) -> bytes:
         out: list[bytes] = []
         got = 0
         while got < size and self.problem is None:
@@ -138,12 +133,6 @@ class GzipStream:
 
     def close(self) -> None:
         self.raw.close()
-
-    def __enter__(self) -> GzipStream:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
 
 
 class ReadAhead:
