@@ -111,6 +111,7 @@ def _files(folder: Path) -> list[str]:
 
 def _measure_size(size: str, sets: dict[str, Path], args, reference_python: Path | None) -> list[Row]:
     data = sum(Path(p).stat().st_size for p in _files(sets["plain"]))
+    ranks = len(_files(sets["plain"]))
     here = sys.executable
     references = REPO / "pipelines" / "bench" / "reference_reads.py"
     # (method, the set it reads, its command)
@@ -133,8 +134,17 @@ def _measure_size(size: str, sets: dict[str, Path], args, reference_python: Path
     for name, inputs, command in methods:
         print(f"{size}: {name} ...", file=sys.stderr)
         _warm(sets[inputs])
-        rows.append(Row(size, name, data, run_measured(command, args.timeout)))
+        rows.append(Row(size, name, data, _kept_every_rank(run_measured(command, args.timeout), ranks)))
     return rows
+
+
+def _kept_every_rank(measured: Measured, ranks: int) -> Measured:
+    """A load that kept fewer ranks than it was given is no comparison: HTA, finding no rank in a
+    file, files it as rank 0 and silently keeps one such file."""
+    kept = measured.report.get("ranks")
+    if kept is not None and kept != ranks:
+        return Measured(None, measured.peak_bytes, measured.report, f"kept {kept} of {ranks} ranks")
+    return measured
 
 
 def _warm(folder: Path) -> None:

@@ -1,8 +1,9 @@
 """Time HTA's `TraceAnalysis()` load of a trace folder; runs inside HTA's own virtualenv.
 
 Standalone on purpose: HTA pins its own pandas and numpy, so this file imports nothing from
-wirespeed. It prints one JSON line: seconds of the load (imports excluded) and peak memory of
-this process and of the worker processes HTA starts.
+wirespeed. It prints one JSON line: seconds of the load (imports excluded), peak memory of this
+process and of the worker processes HTA starts, and how many ranks and events HTA kept, since HTA
+keeps one file per rank it finds in the file and drops the others without failing.
 """
 
 import json
@@ -16,11 +17,13 @@ def main() -> None:
     from hta.trace_analysis import TraceAnalysis
 
     started = time.perf_counter()
-    TraceAnalysis(trace_dir=trace_dir)
+    analysis = TraceAnalysis(trace_dir=trace_dir)
     seconds = time.perf_counter() - started
+    traces = analysis.t.get_all_traces()
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    print(json.dumps({"seconds": seconds, "peak_bytes": own + workers}))
+    events = sum(len(frame) for frame in traces.values())
+    print(json.dumps({"seconds": seconds, "peak_bytes": own + workers, "ranks": len(traces), "events": events}))
 
 
 if __name__ == "__main__":

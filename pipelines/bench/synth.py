@@ -11,6 +11,7 @@ at the end.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from pipelines.kineto.splitter import open_trace
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 ID_ARGS = ("correlation", "External id")
+_TIMING = ("ts", "dur")
 
 
 def load(path: Path) -> tuple[dict, list[dict]]:
@@ -59,7 +61,8 @@ def write_rank(
     header["distributedInfo"] = info
     written = 0
     with open(out, "wb") as handle, open(ndjson or os.devnull, "wb") as lines:
-        written += _write(handle, b"{\n" + b"".join(b'  "%s": %s,\n' % (k.encode(), orjson.dumps(v)) for k, v in header.items()))
+        # Python's separators, as PyTorch writes `distributedInfo`: HTA finds the rank with `"rank":\s+`.
+        written += _write(handle, b"{\n" + b"".join(b'  "%s": %s,\n' % (k.encode(), json.dumps(v).encode()) for k, v in header.items()))
         written += _write(handle, b'  "traceEvents": [\n')
         first = True
         jitter = rank * 0.137
@@ -103,8 +106,23 @@ def _shifted(event: dict, shift: float, tile: int, step_count: int, id_span: int
 
 
 def _block(event: dict) -> bytes:
-    """One event as Kineto lays it out: `  {` then fields, two-space indented, then `  }`."""
-    return b"  " + orjson.dumps(event, option=orjson.OPT_INDENT_2).replace(b"\n", b"\n  ")
+    """One event as Kineto lays it out: its identity on one line, `ts` and `dur` on the next, then
+    `args` in a block of its own, between `  {` and `  }`."""
+    lines = []
+    head = [key for key in event if key not in _TIMING and key != "args"]
+    if head:
+        lines.append(_fields(event, head))
+    timing = [key for key in _TIMING if key in event]
+    if timing:
+        lines.append(_fields(event, timing))
+    if isinstance(event.get("args"), dict):
+        args = event["args"]
+        lines.append(b'"args": {\n      ' + _fields(args, list(args)) + b"\n    }" if args else b'"args": {}')
+    return b"  {\n    " + b",\n    ".join(lines) + b"\n  }"
+
+
+def _fields(values: dict, keys: list[str]) -> bytes:
+    return b", ".join(orjson.dumps(key) + b": " + orjson.dumps(values[key]) for key in keys)
 
 
 def generate(source: Path, out_dir: Path, ranks: int, bytes_per_rank: int, ndjson_dir: Path | None = None) -> list[Path]:
