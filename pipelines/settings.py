@@ -85,6 +85,9 @@ class Settings:
             "memory_limit": f"{self.memory_mb}MB",
             "preserve_insertion_order": False,
             "temp_directory": SPILL_DIR,
+            # DuckDB turns an ASOF join whose left side it guesses to be tiny into a nested loop;
+            # after a few joins its guesses can be wrong by millions of rows, and the loop takes minutes.
+            "asof_loop_join_threshold": 0,
         }
 
     def comm_regex(self) -> str:

@@ -16,15 +16,36 @@
 --   group_size INTEGER  Ranks taking part in the collective.
 --   ready_ns BIGINT  When the bucket was ready, ns after backward began; may be negative.
 WITH cpu_steps AS (
-  SELECT rank, step, start_ns, end_ns FROM steps
+  -- Each step's CPU span, cut short where the next one starts, so that an instant lies in at most
+  -- one; events find their step by time bucket (see `span_buckets` in macros.sql).
+  SELECT rank, step, start_ns,
+    least(end_ns, coalesce(lead(start_ns) OVER (PARTITION BY rank ORDER BY start_ns, step), end_ns)) AS end_ns
+  FROM steps
+),
+time_bucket AS (
+  SELECT greatest(CAST(median(end_ns - start_ns) AS BIGINT), 1) AS ns FROM cpu_steps WHERE end_ns > start_ns
+),
+step_time_buckets AS (
+  SELECT s.rank, s.step, s.start_ns, s.end_ns, unnest(span_buckets(s.start_ns, s.end_ns, b.ns)) AS time_bucket
+  FROM cpu_steps AS s, time_bucket AS b
+  WHERE s.end_ns > s.start_ns
+),
+cpu_ops AS (
+  -- The CPU operators this table needs, each with the step whose span holds its start.
+  SELECT e.rank, s.step, e.name, e.ts_ns
+  FROM (
+    SELECT e.rank, e.name, e.ts_ns, e.ts_ns // b.ns AS time_bucket
+    FROM trace_events AS e, time_bucket AS b
+    WHERE e.ph = 'X' AND e.cat = 'cpu_op'
+      AND (starts_with(e.name, 'autograd::engine::evaluate_function:') OR starts_with(e.name, 'c10d::'))
+  ) AS e
+  JOIN step_time_buckets AS s ON s.rank = e.rank AND s.time_bucket = e.time_bucket AND e.ts_ns >= s.start_ns AND e.ts_ns < s.end_ns
 ),
 backward_start AS (
-  SELECT e.rank, s.step, min(e.ts_ns) AS backward_cpu_ns
-  FROM trace_events AS e
-  ASOF JOIN cpu_steps AS s ON e.rank = s.rank AND e.ts_ns >= s.start_ns
-  WHERE e.ph = 'X' AND e.cat = 'cpu_op' AND starts_with(e.name, 'autograd::engine::evaluate_function:')
-    AND e.ts_ns < s.end_ns
-  GROUP BY e.rank, s.step
+  SELECT rank, step, min(ts_ns) AS backward_cpu_ns
+  FROM cpu_ops
+  WHERE starts_with(name, 'autograd::engine::evaluate_function:')
+  GROUP BY rank, step
 ),
 launched_device_events AS (
   SELECT rank, launched_ns AS launch_ns, start_ns, end_ns, NOT is_comm AND NOT is_memory AS is_compute
@@ -37,17 +58,12 @@ computed_by AS (
   FROM launched_device_events
   WHERE is_compute
 ),
-backward_spans AS (
-  SELECT b.rank, b.step, b.backward_cpu_ns, s.end_ns
-  FROM backward_start AS b
-  JOIN cpu_steps AS s USING (rank, step)
-),
 device_backward AS (
   -- The first device event launched between backward's start on the CPU and the step's end.
   SELECT b.rank, b.step, b.backward_cpu_ns, min(d.start_ns) AS backward_start_ns
-  FROM launched_device_events AS d
-  ASOF JOIN backward_spans AS b ON d.rank = b.rank AND d.launch_ns >= b.backward_cpu_ns
-  WHERE d.launch_ns < b.end_ns
+  FROM (SELECT d.*, d.launch_ns // b.ns AS time_bucket FROM launched_device_events AS d, time_bucket AS b) AS d
+  JOIN step_time_buckets AS s ON s.rank = d.rank AND s.time_bucket = d.time_bucket AND d.launch_ns >= s.start_ns AND d.launch_ns < s.end_ns
+  JOIN backward_start AS b ON b.rank = s.rank AND b.step = s.step AND d.launch_ns >= b.backward_cpu_ns
   GROUP BY b.rank, b.step, b.backward_cpu_ns
 ),
 device_buckets AS (
@@ -59,11 +75,10 @@ device_buckets AS (
   WHERE c.timeline = 'device' AND c.op IN ('allreduce', 'reducescatter') AND c.launched_ns >= b.backward_cpu_ns
 ),
 cpu_calls AS (
-  SELECT e.rank, s.step, collective_op(e.name) AS op, e.ts_ns AS call_ns,
-    row_number() OVER (PARTITION BY e.rank, s.step, collective_op(e.name) ORDER BY e.ts_ns) AS position
-  FROM trace_events AS e
-  ASOF JOIN cpu_steps AS s ON e.rank = s.rank AND e.ts_ns >= s.start_ns
-  WHERE e.ph = 'X' AND e.cat = 'cpu_op' AND starts_with(e.name, 'c10d::') AND e.ts_ns < s.end_ns
+  SELECT rank, step, collective_op(name) AS op, ts_ns AS call_ns,
+    row_number() OVER (PARTITION BY rank, step, collective_op(name) ORDER BY ts_ns) AS position
+  FROM cpu_ops
+  WHERE starts_with(name, 'c10d::')
 ),
 cpu_work AS (
   SELECT rank, step, collective_key, op, bytes, group_size, start_ns,
