@@ -3,13 +3,15 @@ and a small run of the whole benchmark prints its table. The timings themselves 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 from conftest import REPO, ingest_directly
 
 from pipelines.bench import synth
-from pipelines.bench.measure import run_measured
+from pipelines.bench.__main__ import _kept_every_rank
+from pipelines.bench.measure import Measured, run_measured
 from pipelines.bench.scale import count_device_events, scaled_version
 from pipelines.analysis import analyze_run
 from pipelines.settings import Settings
@@ -26,6 +28,10 @@ def test_tiled_trace_set_keeps_steps_launches_and_collectives_apart(tmp_path):
     assert all(abs(p.stat().st_size - 3 * one_tile) < 0.1 * 3 * one_tile for p in paths)
     lines = (tmp_path / "nd" / "rank1.ndjson").read_bytes().count(b"\n")
     assert lines == 3 * len(events)
+    # Each file names its own rank where HTA looks for it (`"rank":\s+`, as PyTorch writes it).
+    for rank, path in enumerate(paths):
+        head = path.read_bytes()[:200_000].decode()
+        assert [int(found) for found in re.findall(r'"rank":\s+(\d+)', head)][:1] == [rank]
 
     store = Warehouse(tmp_path / "warehouse")
     store.ensure()
@@ -83,6 +89,13 @@ def test_memory_of_worker_processes_is_counted(tmp_path):
     measured = run_measured([sys.executable, "-c", child])
     assert measured.failure is None and measured.seconds == 1.0
     assert measured.peak_bytes > 300 * 10**6
+
+
+def test_a_load_that_kept_fewer_ranks_is_no_comparison():
+    partial = _kept_every_rank(Measured(2.0, 10**9, {"seconds": 2.0, "ranks": 1}), ranks=8)
+    assert partial.seconds is None and partial.failure == "kept 1 of 8 ranks"
+    whole = Measured(2.0, 10**9, {"seconds": 2.0, "ranks": 8})
+    assert _kept_every_rank(whole, ranks=8) is whole
 
 
 def test_a_failing_method_is_reported_not_raised():
