@@ -26,6 +26,7 @@ from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
 BUILD_ORDER = (
     "_device_events",
     "_activity",
+    "_step_spans",
     "steps",
     "collectives",
     "_bucket_readiness",

@@ -15,31 +15,25 @@
 --   bytes BIGINT  Bucket size (the collective's message size).
 --   group_size INTEGER  Ranks taking part in the collective.
 --   ready_ns BIGINT  When the bucket was ready, ns after backward began; may be negative.
-WITH cpu_steps AS (
-  -- Each step's CPU span, cut short where the next one starts, so that an instant lies in at most
-  -- one; events find their step by time bucket (see `span_buckets` in macros.sql).
-  SELECT rank, step, start_ns,
-    least(end_ns, coalesce(lead(start_ns) OVER (PARTITION BY rank ORDER BY start_ns, step), end_ns)) AS end_ns
-  FROM steps
+WITH step_time_buckets AS (
+  SELECT rank, step, start_ns, lookup_end_ns, unnest(span_buckets(start_ns, lookup_end_ns, bucket_ns)) AS time_bucket
+  FROM _step_spans
+  WHERE lookup_end_ns > start_ns
 ),
-time_bucket AS (
-  SELECT greatest(CAST(median(end_ns - start_ns) AS BIGINT), 1) AS ns FROM cpu_steps WHERE end_ns > start_ns
-),
-step_time_buckets AS (
-  SELECT s.rank, s.step, s.start_ns, s.end_ns, unnest(span_buckets(s.start_ns, s.end_ns, b.ns)) AS time_bucket
-  FROM cpu_steps AS s, time_bucket AS b
-  WHERE s.end_ns > s.start_ns
+bucket_width AS (
+  SELECT any_value(bucket_ns) AS bucket_ns FROM _step_spans
 ),
 cpu_ops AS (
   -- The CPU operators this table needs, each with the step whose span holds its start.
   SELECT e.rank, s.step, e.name, e.ts_ns
   FROM (
-    SELECT e.rank, e.name, e.ts_ns, e.ts_ns // b.ns AS time_bucket
-    FROM trace_events AS e, time_bucket AS b
+    SELECT e.rank, e.name, e.ts_ns, e.ts_ns // w.bucket_ns AS time_bucket
+    FROM trace_events AS e, bucket_width AS w
     WHERE e.ph = 'X' AND e.cat = 'cpu_op'
       AND (starts_with(e.name, 'autograd::engine::evaluate_function:') OR starts_with(e.name, 'c10d::'))
   ) AS e
-  JOIN step_time_buckets AS s ON s.rank = e.rank AND s.time_bucket = e.time_bucket AND e.ts_ns >= s.start_ns AND e.ts_ns < s.end_ns
+  JOIN step_time_buckets AS s
+    ON s.rank = e.rank AND s.time_bucket = e.time_bucket AND e.ts_ns >= s.start_ns AND e.ts_ns < s.lookup_end_ns
 ),
 backward_start AS (
   SELECT rank, step, min(ts_ns) AS backward_cpu_ns
@@ -61,8 +55,9 @@ computed_by AS (
 device_backward AS (
   -- The first device event launched between backward's start on the CPU and the step's end.
   SELECT b.rank, b.step, b.backward_cpu_ns, min(d.start_ns) AS backward_start_ns
-  FROM (SELECT d.*, d.launch_ns // b.ns AS time_bucket FROM launched_device_events AS d, time_bucket AS b) AS d
-  JOIN step_time_buckets AS s ON s.rank = d.rank AND s.time_bucket = d.time_bucket AND d.launch_ns >= s.start_ns AND d.launch_ns < s.end_ns
+  FROM (SELECT d.*, d.launch_ns // w.bucket_ns AS time_bucket FROM launched_device_events AS d, bucket_width AS w) AS d
+  JOIN step_time_buckets AS s
+    ON s.rank = d.rank AND s.time_bucket = d.time_bucket AND d.launch_ns >= s.start_ns AND d.launch_ns < s.lookup_end_ns
   JOIN backward_start AS b ON b.rank = s.rank AND b.step = s.step AND d.launch_ns >= b.backward_cpu_ns
   GROUP BY b.rank, b.step, b.backward_cpu_ns
 ),

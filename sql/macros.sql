@@ -37,11 +37,8 @@ CREATE OR REPLACE MACRO activity_state(active) AS
     ELSE 'idle'
   END;
 
--- The buckets, `bucket_ns` wide, that the span [start_ns, end_ns) touches. To find the step that
--- holds each of millions of instants, spans that do not overlap are listed once per bucket they
--- touch and joined on (rank, bucket) with a range check: a hash join, where an ASOF join would
--- sort all the instants. With buckets about as wide as a typical step, a step is listed about
--- twice; a step a thousand times longer than the typical one, a thousand times.
+-- The buckets, `bucket_ns` wide, that the span [start_ns, end_ns) touches: how an instant finds
+-- its step by hash join rather than ASOF join (see `_step_spans`).
 CREATE OR REPLACE MACRO span_buckets(start_ns, end_ns, bucket_ns) AS
   range(start_ns // bucket_ns, (end_ns - 1) // bucket_ns + 1);
 

@@ -8,7 +8,8 @@
 -- k+1's window starts (the last step's window ends with the last device event it launched).
 -- These windows tile the device timeline, so every nanosecond of device activity lands in exactly
 -- one step. A device event without a launch in the trace counts for the step its start falls in.
--- On the CPU timeline (no device events) the window is the annotation's span.
+-- On the CPU timeline (no device events) the window is the annotation's span. How a launch finds
+-- its step among the annotations is in sql/_step_spans.sql.
 --
 -- Grain: one row per run, rank and step.
 --
@@ -23,46 +24,26 @@
 --       launched no device work on a device-timeline rank.
 --   window_end_ns BIGINT  End of that window.
 --   device_events BIGINT  Device events launched in the step (0 on the CPU timeline).
-WITH profiler_steps AS (
-  SELECT
-    rank,
-    CAST(regexp_extract(name, '^ProfilerStep#(\d+)$', 1) AS BIGINT) AS step,
-    min(ts_ns) AS start_ns,
-    max(ts_ns + dur_ns) AS end_ns
-  FROM trace_events
-  -- The prefix test first: a regular expression on every event's name costs seconds on a big run.
-  WHERE ph = 'X' AND starts_with(name, 'ProfilerStep#') AND regexp_matches(name, '^ProfilerStep#\d+$')
-    AND cat <> 'gpu_user_annotation'
-    AND is_valid_interval(ts_ns, dur_ns)
-  GROUP BY ALL
-),
-timelines AS (
+WITH timelines AS (
   SELECT DISTINCT rank, timeline FROM _activity
 ),
 device_events AS (
   SELECT rank, start_ns, end_ns, coalesce(launched_ns, start_ns) AS launched_ns
   FROM _device_events
 ),
-step_spans AS (
-  -- Each step's span, cut short where the next one starts, so that an instant lies in at most one:
-  -- the step an ASOF join would find (the latest to start at or before it, if not yet ended).
-  SELECT rank, step, start_ns,
-    least(end_ns, coalesce(lead(start_ns) OVER (PARTITION BY rank ORDER BY start_ns, step), end_ns)) AS end_ns
-  FROM profiler_steps
-),
-time_bucket AS (
-  SELECT greatest(CAST(median(end_ns - start_ns) AS BIGINT), 1) AS ns FROM step_spans WHERE end_ns > start_ns
-),
 step_time_buckets AS (
-  SELECT s.rank, s.step, s.start_ns, s.end_ns, unnest(span_buckets(s.start_ns, s.end_ns, b.ns)) AS time_bucket
-  FROM step_spans AS s, time_bucket AS b
-  WHERE s.end_ns > s.start_ns
+  SELECT rank, step, start_ns, lookup_end_ns, unnest(span_buckets(start_ns, lookup_end_ns, bucket_ns)) AS time_bucket
+  FROM _step_spans
+  WHERE lookup_end_ns > start_ns
 ),
 device_events_by_step AS (
   SELECT s.rank, s.step, min(d.start_ns) AS first_start_ns, max(d.end_ns) AS last_end_ns, count(*) AS device_events
-  FROM (SELECT e.*, e.launched_ns // b.ns AS time_bucket FROM device_events AS e, time_bucket AS b) AS d
+  FROM (
+    SELECT e.*, e.launched_ns // w.bucket_ns AS time_bucket
+    FROM device_events AS e, (SELECT any_value(bucket_ns) AS bucket_ns FROM _step_spans) AS w
+  ) AS d
   JOIN step_time_buckets AS s
-    ON s.rank = d.rank AND s.time_bucket = d.time_bucket AND d.launched_ns >= s.start_ns AND d.launched_ns < s.end_ns
+    ON s.rank = d.rank AND s.time_bucket = d.time_bucket AND d.launched_ns >= s.start_ns AND d.launched_ns < s.lookup_end_ns
   GROUP BY ALL
 ),
 device_windows AS (
@@ -84,7 +65,7 @@ SELECT
   CASE WHEN t.timeline = 'device' THEN w.window_start_ns ELSE s.start_ns END AS window_start_ns,
   CASE WHEN t.timeline = 'device' THEN w.window_end_ns ELSE s.end_ns END AS window_end_ns,
   coalesce(w.device_events, 0) AS device_events
-FROM profiler_steps AS s
+FROM _step_spans AS s
 LEFT JOIN timelines AS t USING (rank)
 LEFT JOIN device_windows AS w USING (rank, step)
 ORDER BY s.rank, s.step
