@@ -2,8 +2,9 @@
 
 Standalone on purpose: HTA pins its own pandas and numpy, so this file imports nothing from
 wirespeed. It prints one JSON line: seconds of the load (imports excluded), peak memory of this
-process and of the worker processes HTA starts, and how many ranks and events HTA kept, since HTA
-keeps one file per rank it finds in the file and drops the others without failing.
+process and of the worker processes HTA starts, and how many ranks and events HTA kept: HTA files
+a trace whose rank it cannot find as rank 0, keeps one file per rank, and drops the others
+without failing.
 """
 
 import json
