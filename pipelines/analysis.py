@@ -22,7 +22,7 @@ from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
 
 # Build order: each file may read the tables before it. Names starting with `_` are
 # intermediate and not published. `_bucket_readiness` comes early so that `_device_events`, its
-# last reader, leaves memory before the sweep (`_segments`).
+# last reader, leaves memory before the sweep (`step_timeline`).
 BUILD_ORDER = (
     "_device_events",
     "_activity",
@@ -30,7 +30,6 @@ BUILD_ORDER = (
     "steps",
     "collectives",
     "_bucket_readiness",
-    "_segments",
     "step_timeline",
     "step_breakdown",
     "rank_breakdown",

@@ -39,7 +39,7 @@ by_rank AS (
     coalesce(sum(g.end_ns - g.start_ns) FILTER (WHERE g.state = 'exposed_comm'), 0) AS exposed_comm_ns,
     coalesce(sum(g.end_ns - g.start_ns) FILTER (WHERE g.state = 'other'), 0) AS other_ns,
     coalesce(sum(g.end_ns - g.start_ns) FILTER (WHERE g.state = 'idle'), 0) AS idle_ns
-  FROM _segments AS g
+  FROM step_timeline AS g
   JOIN spans AS s ON g.rank = s.rank AND g.start_ns >= s.span_start_ns AND g.end_ns <= s.span_end_ns
   GROUP BY g.rank
 )

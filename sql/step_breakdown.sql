@@ -27,6 +27,7 @@
 WITH by_state AS (
   SELECT rank, step, state, sum(dur_ns) AS ns
   FROM step_timeline
+  WHERE step IS NOT NULL
   GROUP BY ALL
 ),
 pivoted AS (

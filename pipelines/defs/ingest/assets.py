@@ -26,7 +26,7 @@ _DEPS = {
     "collectives": ["trace_events", "process_groups", "ranks", "nccl_comms", "nccl_connections"],
     "step_timeline": ["trace_events", "steps"],
     "step_breakdown": ["step_timeline", "steps"],
-    "rank_breakdown": ["trace_events", "steps", "collectives"],
+    "rank_breakdown": ["trace_events", "step_timeline", "steps", "collectives"],
     "collective_sync": ["collectives"],
     "collective_bw": ["collectives", "collective_sync", "runs"],
     "step_sync": ["collective_bw", "collective_sync", "step_timeline", "step_breakdown"],
