@@ -431,7 +431,6 @@ def test_run_ids_cannot_escape_the_warehouse_or_reach_sql(tmp_path, run_id):
     assert Path(report.stdout.strip().splitlines()[-1]).resolve().is_relative_to(warehouse.resolve())
 
 
-
 def test_file_names_with_quotes_spaces_and_unicode_ingest_and_are_named_exactly(tmp_path):
     """File names reach DuckDB as parameters, never as SQL: a name that is SQL is just a name."""
     run = tmp_path / "run \"quoted\" ünï"

@@ -110,8 +110,8 @@ def _files(folder: Path) -> list[str]:
 
 
 def _measure_size(size: str, sets: dict[str, Path], args, reference_python: Path | None) -> list[Row]:
-    data = sum(Path(p).stat().st_size for p in _files(sets["plain"]))
-    ranks = len(_files(sets["plain"]))
+    plain_files = _files(sets["plain"])
+    data = sum(Path(p).stat().st_size for p in plain_files)
     here = sys.executable
     references = REPO / "pipelines" / "bench" / "reference_reads.py"
     # (method, the set it reads, its command)
@@ -123,18 +123,18 @@ def _measure_size(size: str, sets: dict[str, Path], args, reference_python: Path
         methods.append(("HTA TraceAnalysis()", "plain", [str(reference_python), str(HERE / "hta_load.py"), str(sets["plain"])]))
     if not args.no_references:
         methods += [
-            ("orjson.loads, 2 processes", "plain", [here, str(references), "orjson", *_files(sets["plain"])]),
-            ("DuckDB read_json, whole file", "plain", [here, str(references), "duckdb_json", *_files(sets["plain"])]),
+            ("orjson.loads, 2 processes", "plain", [here, str(references), "orjson", *plain_files]),
+            ("DuckDB read_json, whole file", "plain", [here, str(references), "duckdb_json", *plain_files]),
             ("DuckDB read_json, NDJSON", "ndjson", [here, str(references), "duckdb_ndjson", *_files(sets["ndjson"])]),
             ("gunzip (zcat)", "gzip", [here, str(references), "zcat", *_files(sets["gzip"])]),
         ]
         if reference_python is not None:
-            methods.append(("simdjson, 1 process", "plain", [str(reference_python), str(references), "simdjson", *_files(sets["plain"])]))
+            methods.append(("simdjson, 1 process", "plain", [str(reference_python), str(references), "simdjson", *plain_files]))
     rows = []
     for name, inputs, command in methods:
         print(f"{size}: {name} ...", file=sys.stderr)
         _warm(sets[inputs])
-        rows.append(Row(size, name, data, _kept_every_rank(run_measured(command, args.timeout), ranks)))
+        rows.append(Row(size, name, data, _kept_every_rank(run_measured(command, args.timeout), len(plain_files))))
     return rows
 
 
