@@ -8,7 +8,7 @@ until the last query that reads them, so that a large run's analysis stays withi
 
 from __future__ import annotations
 
-import re
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +32,7 @@ BUILD_ORDER = (
     "_bucket_readiness",
     "step_timeline",
     "step_breakdown",
+    "step_comm_groups",
     "rank_breakdown",
     "collective_sync",
     "collective_bw",
@@ -68,6 +69,8 @@ def open_version(
         version_dir=str(version),
         comm_pattern=settings.comm_regex(),
         max_dur_ns=MAX_PLAUSIBLE_DUR_NS,
+        dimension_keys=[key for key, _ in settings.dimensions],
+        dimension_values=[value for _, value in settings.dimensions],
     )
     for name in tables:
         _create_view(con, name)
@@ -107,22 +110,75 @@ def _register_whatif_inputs(con: duckdb.DuckDBPyConnection, settings: Settings) 
     sql.set_variables(con, fusion="observed", run_link_gbps=link)
 
 
+def _reads(order: tuple[str, ...] = BUILD_ORDER) -> dict[str, set[str]]:
+    """For each table of `order`, the tables (parse tables, and tables before it) its SQL reads.
+
+    DuckDB's own parser says which relations a query names, so neither comments nor columns that
+    share a table's name count; the what-if costs also read the query run just before them.
+    """
+    con = duckdb.connect()
+    reads = {}
+    try:
+        for position, name in enumerate(order):
+            text = sql.table(name).query
+            named = _relations(con, text) | (_relations(con, WHATIF_INPUTS_QUERY) if name == WHATIF_START else set())
+            reads[name] = named & set(PARSE_TABLES + order[:position])
+    finally:
+        con.close()
+    return reads
+
+
+def _relations(con: duckdb.DuckDBPyConnection, query: str) -> set[str]:
+    """Every table or common table expression a query names, from its parse tree."""
+    tree = json.loads(con.execute("SELECT json_serialize_sql($query)", {"query": query}).fetchall()[0][0])
+    if tree.get("error"):
+        raise ValueError(f"cannot parse: {tree.get('error_message')}")
+    names, pending = set(), [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "BASE_TABLE":
+                names.add(node["table_name"])
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return names
+
+
 def last_readers(order: tuple[str, ...] = BUILD_ORDER) -> dict[str, str]:
     """For each intermediate table of `order`, the last table after it whose SQL reads it.
 
-    Read from the SQL text: an intermediate that no later query names can leave memory once it is
-    built, and on a large run the session's tables are what would otherwise spill to disk.
+    An intermediate that no later query names can leave memory once it is built, and on a large
+    run the session's tables are what would otherwise spill to disk.
     """
-    texts = {name: sql.table(name).query for name in order}
-    texts[WHATIF_START] += WHATIF_INPUTS_QUERY  # read in Python just before that table is built
+    reads = _reads(order)
     last = {}
     for position, name in enumerate(order):
         if name in ANALYSIS_TABLES:
             continue
-        pattern = re.compile(rf"\b{re.escape(name)}\b")
-        readers = [later for later in order[position + 1 :] if pattern.search(texts[later])]
+        readers = [later for later in order[position + 1 :] if name in reads[later]]
         last[name] = readers[-1] if readers else name
     return last
+
+
+def lineage(order: tuple[str, ...] = BUILD_ORDER) -> dict[str, list[str]]:
+    """For each published table of `order`, the published tables it is derived from.
+
+    The assets' dependencies, from the SQL: an intermediate a table reads stands for what that
+    intermediate reads, and so on down to published tables.
+    """
+    reads = _reads(order)
+
+    def published(name: str) -> set[str]:
+        if name in PARSE_TABLES or name in ANALYSIS_TABLES:
+            return {name}
+        return set().union(*(published(other) for other in reads[name]))
+
+    return {
+        name: sorted(set().union(*(published(other) for other in reads[name])))
+        for name in order
+        if name in ANALYSIS_TABLES
+    }
 
 
 def _publish(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> int:

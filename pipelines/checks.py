@@ -142,5 +142,27 @@ def breakdown_adds_up(con: duckdb.DuckDBPyConnection) -> Outcome:
     return Outcome(passed, summary, {"rows": total, "rows_not_adding_up": bad})
 
 
+@check_on("step_comm_groups")
+def exposure_attributed(con: duckdb.DuckDBPyConnection) -> Outcome:
+    """Each step's exposed communication is shared out among its process groups exactly."""
+    bad, total = _one(
+        con,
+        """
+        SELECT count(*) FILTER (WHERE b.exposed_comm_ns <> coalesce(g.exposed_comm_ns, 0)), count(*)
+        FROM step_breakdown AS b
+        LEFT JOIN (
+            SELECT rank, step, sum(exposed_comm_ns) AS exposed_comm_ns FROM step_comm_groups GROUP BY rank, step
+        ) AS g USING (rank, step)
+        """,
+    )
+    passed = bad == 0
+    summary = (
+        f"the process groups' exposed communication adds up to each step's on all {total} steps"
+        if passed
+        else f"on {bad} of {total} steps the process groups' exposed communication does not add up to the step's"
+    )
+    return Outcome(passed, summary, {"steps": total, "steps_not_adding_up": bad})
+
+
 PARSE_CHECKS = (ranks_match_world_size, no_negative_durations, no_skipped_data)
-ANALYSIS_CHECKS = (steps_found, communication_found, breakdown_adds_up)
+ANALYSIS_CHECKS = (steps_found, communication_found, breakdown_adds_up, exposure_attributed)

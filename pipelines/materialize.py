@@ -37,11 +37,13 @@ class IngestResult:
     exposed_comm_share: float | None = None
     bottleneck: str | None = None
     report: Path | None = None
+    waits_for: str | None = None  # the dimension and link most of the exposed time waited for
 
     def describe(self) -> str:
         if not self.success:
             return f"{self.run_id}: FAILED: {self.error}"
-        share = f"exposed communication {self.exposed_comm_share:.1%} of step time; " if self.exposed_comm_share is not None else ""
+        share = f"exposed communication {self.exposed_comm_share:.1%} of step time" if self.exposed_comm_share is not None else ""
+        share += f", mostly {self.waits_for}; " if share and self.waits_for else "; " if share else ""
         checks = f"; checks failed: {', '.join(self.failed_checks)}" if self.failed_checks else ""
         return f"{self.run_id}: {share}{self.bottleneck}{checks}; report {self.report}"
 
@@ -122,4 +124,6 @@ def _result(outcome: dg.ExecuteInProcessResult, run_id: str, path: Path, store: 
     finally:
         con.close()
     share = verdict["exposed_comm_share"] if verdict["bottleneck"] not in ("no communication found", "no traces") else None
-    return IngestResult(run_id, path, True, None, failed, share, verdict["bottleneck"], store.report_path(run_id))
+    link = {"inter": " over the network", "intra": " within a host"}.get(verdict["dominant_scope"], "")
+    waits_for = f"{verdict['dominant_dimension']}{link}" if verdict["dominant_dimension"] else None
+    return IngestResult(run_id, path, True, None, failed, share, verdict["bottleneck"], store.report_path(run_id), waits_for)

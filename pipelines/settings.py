@@ -4,9 +4,9 @@ A warehouse may hold a `wirespeed.toml`:
 
     [communication]
     # Regular expressions (Python/RE2 syntax, matched anywhere in the name) for kernels or CPU
-    # events that are communication but carry no collective metadata: custom all-reduce
-    # kernels, DeepEP dispatch/combine, NVSHMEM, ...
-    patterns = ["^my_allreduce_kernel", "dispatch_kernel"]
+    # events that are communication but carry no collective metadata and that no built-in
+    # family (pipelines/comm_kernels.py: DeepEP, pplx, NVSHMEM, custom all-reduces, ...) knows.
+    patterns = ["^my_allreduce_kernel", "my_dispatch_kernel"]
 
 The patterns add to the built-in ones; they never replace them. Also:
 
@@ -24,6 +24,12 @@ The patterns add to the built-in ones; they never replace them. Also:
     [resources]
     threads = 8                  # DuckDB threads for parsing and analysis (default: every core)
     memory_mb = 640              # DuckDB's memory per ingest; beyond it, joins and tables spill to disk
+
+    [dimensions]
+    # The parallel dimension of a process group, by its description or name, where the built-in
+    # rules (sql/step_comm_groups.sql) guess wrong.
+    "default_pg" = "tp"
+    "7" = "pp"
 """
 
 from __future__ import annotations
@@ -35,27 +41,20 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines import whatif
+from pipelines import comm_kernels, whatif
 
 CONFIG_FILE = "wirespeed.toml"
 # Where DuckDB spills joins, sorts and tables that outgrow its memory limit.
 SPILL_DIR = str(Path(tempfile.gettempdir()) / "wirespeed-duckdb-spill")
 
-# Communication by name, for events without collective metadata. Kernels: NCCL's two generations
-# (`ncclKernel_*`, `ncclDevKernel_*`), RCCL (`rcclGenericKernel`, or NCCL names), vLLM's custom
-# all-reduce (as TraceLens also counts it). CPU side: gloo's work annotations, c10d's collective
-# operators, `nccl:*` annotations and `record_param_comms`.
-BUILTIN_COMM_PATTERNS: tuple[str, ...] = (
-    r"^nccl",
-    r"^rccl",
-    r"ncclDevKernel",
-    r"ncclKernel",
-    r"cross_device_reduce",
-    r"^gloo:",
-    r"^c10d::",
-    r"^record_param_comms$",
-)
+# Communication by name, for events without collective metadata: every kernel family's rules
+# (pipelines/comm_kernels.py says which libraries, with their sources) and the CPU side's
+# annotations and operators.
+BUILTIN_COMM_PATTERNS: tuple[str, ...] = tuple(rule.pattern for rule in comm_kernels.RULES) + comm_kernels.CPU_PATTERNS
 
+
+# The parallel dimensions a process group can serve (see sql/step_comm_groups.sql).
+DIMENSIONS = ("dp", "fsdp", "tp", "pp", "ep", "cp", "other")
 
 # Thresholds of the verdict's bottleneck classes (docs/whatif.md explains each).
 DEFAULT_VERDICT = {
@@ -77,6 +76,8 @@ class Settings:
     memory_mb: int = 640
     reduce_cost: tuple[tuple[int, float], ...] = whatif.DEFAULT_REDUCE_COST
     verdict: dict = field(default_factory=lambda: dict(DEFAULT_VERDICT))
+    # (process group description or name, dimension) pairs from [dimensions].
+    dimensions: tuple[tuple[str, str], ...] = ()
 
     def duckdb_config(self) -> dict:
         """The DuckDB configuration of an ingest's sessions: its threads and memory, where to spill."""
@@ -123,10 +124,15 @@ def load(warehouse_root: Path) -> Settings:
     for key, value in resources.items():
         if key not in ("threads", "memory_mb") or not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{path}: [resources] {key} must be threads or memory_mb, with a positive whole number")
+    dimensions = config.get("dimensions", {})
+    for key, value in dimensions.items():
+        if value not in DIMENSIONS:
+            raise ValueError(f"{path}: [dimensions] {key!r} = {value!r} is not one of {', '.join(DIMENSIONS)}")
     return Settings(
         BUILTIN_COMM_PATTERNS + tuple(extra),
         threads=resources.get("threads", Settings.threads),
         memory_mb=resources.get("memory_mb", Settings.memory_mb),
         reduce_cost=reduce_cost,
         verdict=verdict,
+        dimensions=tuple(dimensions.items()),
     )

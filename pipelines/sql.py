@@ -30,6 +30,8 @@ from typing import Any
 
 import duckdb
 
+from pipelines import comm_kernels
+
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 
 _COLUMN = re.compile(r"^--   ([a-z_][a-z0-9_]*) (\S.*?)\s{2,}(\S.*)$")
@@ -133,7 +135,12 @@ def set_variables(con: duckdb.DuckDBPyConnection, **values: Any) -> None:
 
 
 def run_macros(con: duckdb.DuckDBPyConnection) -> None:
-    """Define the shared macros (interval arithmetic and friends) on this connection."""
+    """Define the shared macros (interval arithmetic and friends) on this connection.
+
+    The communication kernel families are data the macros read (`comm_kernel_match`), kept in
+    pipelines/comm_kernels.py with the patterns settings.py builds from them.
+    """
+    set_variables(con, **comm_kernels.session_variables())
     con.execute((SQL_DIR / "macros.sql").read_text()).fetchall()
 
 

@@ -55,6 +55,7 @@ ANALYSIS_TABLES = (
     "collectives",
     "step_timeline",
     "step_breakdown",
+    "step_comm_groups",
     "rank_breakdown",
     "collective_sync",
     "collective_bw",

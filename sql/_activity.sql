@@ -3,11 +3,26 @@
 -- An intermediate table (not published) that the breakdowns sweep over. A rank is measured on its
 -- device timeline when its trace has device events (kernels, copies, fills); each such event is
 -- communication if it carries collective metadata or its name matches a communication pattern,
--- memory (class "other") if it is a copy, fill or DMA, and compute otherwise. A rank with no
--- device events (a CPU-only gloo run) is measured on its CPU timeline instead: communication is
--- the work of the collectives (`gloo:*` annotations on gloo's worker threads, plus any other
--- event whose name matches a communication pattern), compute is the time the training threads
--- spend in non-communication operators. Nested operators are fine: the sweep takes the union.
+-- memory (class "other") if it is a copy, fill or DMA, and compute otherwise.
+--
+-- A rank with no device events (a CPU-only gloo run) is measured on its CPU timeline, thread by
+-- thread, by what each thread is doing at each instant. Each thread's operators and annotations
+-- nest, so a sweep over their starts (+1) and ends (-1), in time order with a parent's start
+-- before its child's and a child's end before its parent's, gives at each instant how many events
+-- are open, how many of them are communication (collective metadata or a communication name:
+-- `gloo:*`, `c10d::*`, ...) and how many are non-communication operators. Between two consecutive
+-- starts or ends the thread is in one piece of its timeline, which is:
+--   * communication while any communication event is open: the collective's own work on gloo's
+--     worker threads, and a training thread inside a communication call, including what it calls;
+--   * communication while the thread waits for a collective: the piece begins where the thread
+--     returned from a call into its caller (an end), the thread stays inside its caller, and a
+--     collective running on another thread of the rank completes during the piece (the worker
+--     closes its annotation before the waiting thread resumes). The trace has no event for the
+--     wait itself: a blocking collective returns into an autograd function's or an FSDP region's
+--     own time after issuing its work, and sits there until the work completes on the worker
+--     thread, while its enclosing operators stay open;
+--   * compute while a non-communication operator is open;
+--   * nothing otherwise (an annotation's own time outside every operator, time outside every event).
 -- Events without a usable time or duration are left out (see `parse_issues`).
 --
 -- Grain: one row per run, rank and interval of activity.
@@ -32,16 +47,53 @@ cpu_names AS (
   FROM (SELECT DISTINCT name FROM cpu_usable)
 ),
 cpu_classified AS (
-  SELECT u.*, u.collective IS NOT NULL OR coalesce(n.comm_name, false) AS is_comm
+  SELECT
+    u.rank, u.tid, u.start_ns, u.end_ns,
+    CAST(u.collective IS NOT NULL OR coalesce(n.comm_name, false) AS INTEGER) AS comm,
+    CAST(u.cat = 'cpu_op' AND NOT (u.collective IS NOT NULL OR coalesce(n.comm_name, false)) AS INTEGER) AS op
   FROM cpu_usable AS u
   LEFT JOIN cpu_names AS n ON n.name = u.name
 ),
-training_threads AS (
-  SELECT rank, tid
-  FROM cpu_classified
-  WHERE cat = 'cpu_op'
-  GROUP BY rank, tid
-  HAVING bool_or(NOT is_comm)
+_edges AS (
+  -- `nesting` orders edges at one instant: ends before starts, outer starts first, inner ends first.
+  SELECT rank, tid, start_ns AS t, 1 AS opens, comm, op, -end_ns AS nesting FROM cpu_classified
+  UNION ALL
+  SELECT rank, tid, end_ns AS t, -1 AS opens, -comm, -op, -start_ns AS nesting FROM cpu_classified
+),
+_threads AS (
+  SELECT
+    rank, tid, t, opens,
+    sum(opens) OVER thread AS open_events,
+    sum(comm) OVER thread AS open_comm,
+    sum(op) OVER thread AS open_ops,
+    comm < 0 AND sum(comm) OVER thread = 0 AS completes_comm,
+    lead(t) OVER thread AS next_t
+  FROM _edges
+  WINDOW thread AS (PARTITION BY rank, tid ORDER BY t, opens, nesting ROWS UNBOUNDED PRECEDING)
+),
+_completions AS (
+  SELECT rank, tid, t FROM _threads WHERE completes_comm
+),
+_pieces AS (
+  SELECT rank, tid, t AS start_ns, next_t AS end_ns, opens, open_events, open_comm, open_ops
+  FROM _threads
+  WHERE next_t > t AND open_events > 0
+),
+_waits AS (
+  SELECT DISTINCT p.rank, p.tid, p.start_ns
+  FROM _pieces AS p
+  JOIN _completions AS c
+    ON c.rank = p.rank AND c.tid <> p.tid AND c.t > p.start_ns AND c.t <= p.end_ns
+  WHERE p.opens < 0 AND p.open_comm = 0
+),
+cpu_intervals AS (
+  SELECT
+    p.rank,
+    CASE WHEN p.open_comm > 0 OR w.start_ns IS NOT NULL THEN 'comm' WHEN p.open_ops > 0 THEN 'compute' END AS class,
+    p.start_ns,
+    p.end_ns
+  FROM _pieces AS p
+  LEFT JOIN _waits AS w USING (rank, tid, start_ns)
 )
 SELECT
   rank,
@@ -51,12 +103,6 @@ SELECT
   end_ns
 FROM _device_events
 UNION ALL
-SELECT
-  u.rank,
-  'cpu' AS timeline,
-  CASE WHEN u.is_comm THEN 'comm' ELSE 'compute' END AS class,
-  u.start_ns,
-  u.end_ns
-FROM cpu_classified AS u
-LEFT JOIN training_threads AS training ON training.rank = u.rank AND training.tid = u.tid
-WHERE u.is_comm OR (u.cat = 'cpu_op' AND training.tid IS NOT NULL)
+SELECT rank, 'cpu' AS timeline, class, start_ns, end_ns
+FROM cpu_intervals
+WHERE class IS NOT NULL

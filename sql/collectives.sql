@@ -1,9 +1,13 @@
 -- collectives: every collective instance each rank took part in, with its size and timing.
 --
--- On the device timeline an instance is a communication kernel (NCCL, RCCL or a user pattern).
--- Its metadata comes, in order of preference, from the kernel's own args (PyTorch 2.4+ copies
--- them there), from the `record_param_comms` CPU op with the same `external_id` (older traces),
--- and last from the kernel's name (`ncclKernel_AllReduce_...` says the op, not the size). On the
+-- On the device timeline an instance is a communication kernel (NCCL, RCCL, a library family of
+-- pipelines/comm_kernels.py such as DeepEP, or a user pattern). Its metadata comes, in order of
+-- preference, from the kernel's own args (PyTorch 2.4+ copies them there), from the
+-- `record_param_comms` CPU op with the same `external_id` (older traces), and last from the
+-- kernel's name (`ncclKernel_AllReduce_...`, `deep_ep::intranode::dispatch` say the op, not the
+-- size). The name's family and op are looked up once per distinct kernel name (`comm_kernel_match`).
+-- A kernel without metadata has no size: `bytes` stays NULL, so no bandwidth is computed from
+-- it (collective_bw), and `size_unknown_reason` says why. On the
 -- CPU timeline an instance is a `gloo:*` annotation on gloo's worker thread: the op comes from its
 -- name, the size from its recorded input shapes, the group is the default one (gloo annotations
 -- name none). `bytes` is the message size S of the nccl-tests convention, from which bus
@@ -52,6 +56,12 @@
 --   stream BIGINT  GPU stream (device timeline).
 --   timeline VARCHAR  'device' or 'cpu'.
 --   metadata_source VARCHAR  'kernel', 'record_param_comms', 'kernel name' or 'gloo annotation'.
+--   kernel_family VARCHAR  What recognised it as communication: the library family its name
+--       matches (nccl, rccl, msccl, mscclpp, deepep, pplx, mori, trtllm, flashinfer,
+--       custom_allreduce, symm_mem, userbuffers, nvshmem; see pipelines/comm_kernels.py), else
+--       'metadata' (its collective metadata alone), 'gloo' (a gloo annotation) or 'user pattern'
+--       (a pattern of wirespeed.toml).
+--   size_unknown_reason VARCHAR  Why bytes is NULL; NULL when bytes is known.
 --   match_method VARCHAR  How instances are matched across ranks: 'comms_id', 'pg_seq' or
 --       'pg_step_order'.
 --   comm_id VARCHAR  The NCCL communicator it ran on (see nccl_comms), where the logs say.
@@ -78,10 +88,17 @@ cpu_metadata AS (
   WHERE name = 'record_param_comms' AND external_id IS NOT NULL
   GROUP BY ALL
 ),
+kernel_names AS (
+  SELECT name, match.family AS family, coalesce(match.op, collective_op(kernel_collective(name))) AS op
+  FROM (
+    SELECT name, comm_kernel_match(name) AS match
+    FROM (SELECT DISTINCT name FROM _device_events WHERE is_comm)
+  )
+),
 device_instances AS (
   SELECT
     e.rank,
-    collective_op(coalesce(e.collective, m.collective, kernel_collective(e.name))) AS op,
+    coalesce(collective_op(coalesce(e.collective, m.collective)), k.op) AS op,
     coalesce(e.pg_name, m.pg_name) AS pg,
     coalesce(e.pg_desc, m.pg_desc) AS pg_desc,
     coalesce(e.group_size, m.group_size) AS group_size,
@@ -100,9 +117,11 @@ device_instances AS (
       WHEN e.collective IS NOT NULL THEN 'kernel'
       WHEN m.collective IS NOT NULL THEN 'record_param_comms'
       ELSE 'kernel name'
-    END AS metadata_source
+    END AS metadata_source,
+    coalesce(k.family, CASE WHEN e.collective IS NOT NULL THEN 'metadata' ELSE 'user pattern' END) AS kernel_family
   FROM _device_events AS e
   LEFT JOIN cpu_metadata AS m ON m.rank = e.rank AND m.file_index = e.file_index AND m.external_id = e.external_id
+  LEFT JOIN kernel_names AS k ON k.name = e.name
   WHERE e.is_comm
 ),
 cpu_instances AS (
@@ -127,7 +146,8 @@ cpu_instances AS (
     e.name AS kernel,
     CAST(NULL AS BIGINT) AS stream,
     'cpu' AS timeline,
-    'gloo annotation' AS metadata_source
+    'gloo annotation' AS metadata_source,
+    'gloo' AS kernel_family
   FROM trace_events AS e
   JOIN timelines AS t ON t.rank = e.rank AND t.timeline = 'cpu'
   LEFT JOIN default_groups AS g ON g.rank = e.rank
@@ -208,6 +228,10 @@ with_comm AS (
 keyed AS (
   SELECT
     *,
+    CASE
+      WHEN op IN ('allgather', 'recv') THEN out_nelems * dtype_bytes(dtype)
+      ELSE in_nelems * dtype_bytes(dtype)
+    END AS bytes,
     coalesce(trace_seq, row_number() OVER (PARTITION BY rank, coalesce(pg, CAST(stream AS VARCHAR)) ORDER BY start_ns) - 1) AS seq,
     coalesce('pg ' || pg, 'stream ' || stream, 'unknown group') AS group_key,
     row_number() OVER (PARTITION BY rank, coalesce('pg ' || pg, 'stream ' || stream, 'unknown group'), step ORDER BY start_ns) AS position_in_step
@@ -227,10 +251,7 @@ SELECT
   dtype,
   in_nelems,
   out_nelems,
-  CASE
-    WHEN op IN ('allgather', 'recv') THEN out_nelems * dtype_bytes(dtype)
-    ELSE in_nelems * dtype_bytes(dtype)
-  END AS bytes,
+  bytes,
   launched_ns,
   start_ns,
   end_ns,
@@ -239,6 +260,13 @@ SELECT
   stream,
   timeline,
   metadata_source,
+  kernel_family,
+  CASE
+    WHEN bytes IS NOT NULL THEN NULL
+    WHEN metadata_source = 'kernel name' THEN 'no collective metadata: the name of a ' || kernel_family || ' kernel does not say its size'
+    WHEN coalesce(in_nelems, out_nelems) IS NULL THEN 'its metadata gives no element count'
+    ELSE 'its element type ' || coalesce(dtype, '(none)') || ' has no known size'
+  END AS size_unknown_reason,
   CASE WHEN comms_id IS NOT NULL THEN 'comms_id' WHEN trace_seq IS NOT NULL THEN 'pg_seq' ELSE 'pg_step_order' END AS match_method,
   CASE
     WHEN comms_id IS NOT NULL THEN 'comms_id ' || comms_id

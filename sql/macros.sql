@@ -19,6 +19,19 @@ CREATE OR REPLACE MACRO is_memory_name(name) AS
 CREATE OR REPLACE MACRO is_comm_name(name) AS
   regexp_matches(name, getvariable('comm_pattern'));
 
+-- The first built-in rule a communication kernel's name matches: the library family it comes
+-- from and the op its name says, as a struct (family, pattern, op); NULL when no rule matches (a
+-- user's pattern from wirespeed.toml, or a kernel recognised by its metadata alone). The rules come
+-- from pipelines/comm_kernels.py, in order in `comm_kernel_rules` and as one expression with a
+-- named group per rule in `comm_kernel_regex`, which finds the first matching rule in one pass:
+-- the position of the one group that captured text is the rule's. Call it on distinct names.
+CREATE OR REPLACE MACRO comm_kernel_match(name) AS
+  getvariable('comm_kernel_rules')[list_position(
+    list_transform(
+      json_extract_string(to_json(regexp_extract(name, getvariable('comm_kernel_regex'), getvariable('comm_kernel_groups'))), '$.*'),
+      lambda captured: captured <> ''),
+    true)];
+
 -- How many compute, communication and other intervals are running, packed into one BIGINT so
 -- that one running sum counts all three: compute in the low 20 bits, communication in the next
 -- 20, other above (no rank runs a million intervals of one class at once). `activity_change`
@@ -72,9 +85,10 @@ CREATE OR REPLACE MACRO collective_op(raw) AS (
 );
 
 -- The collective named in an NCCL or RCCL kernel's name (`ncclKernel_AllReduce_RING_LL_Sum_float`,
--- `ncclDevKernel_ReduceScatter_Sum_f32_RING_LL`); NULL for generic kernels.
+-- `ncclDevKernel_ReduceScatter_Sum_f32_RING_LL`, NCCL 2.27's symmetric
+-- `ncclSymkDevKernel_AllReduce_RSxLD_AGxST_sum_f32`); NULL for generic kernels.
 CREATE OR REPLACE MACRO kernel_collective(name) AS
-  nullif(regexp_extract(name, '^(?:nccl(?:Dev)?Kernel|rccl[A-Za-z]*Kernel)_([A-Za-z]+)', 1), 'Generic');
+  nullif(nullif(regexp_extract(name, '^(?:nccl|rccl)[A-Za-z]*Kernel_([A-Za-z]+)', 1), 'Generic'), '');
 
 -- Bytes per element of a PyTorch (`Float`, `BFloat16`), NumPy-style (`float32`) or kernel-name
 -- (`f32`, `bf16`) element type.

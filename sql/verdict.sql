@@ -18,6 +18,8 @@
 --     than utilization_max of it (the paper's finding);
 --   mixed: full line rate would hide it and the link is already well used: the exposure comes
 --     from elsewhere (buckets ready late, small messages, latency).
+-- Whatever the class, the explanation names the parallel dimension whose communication the steps
+-- waited for most (step_comm_groups) and the link it crossed.
 --
 -- Grain: one row per run.
 --
@@ -37,6 +39,11 @@
 --   estimated_sf DOUBLE  1 - exposed_comm_share.
 --   min_compression_95 DOUBLE  Least compression for SF 0.95 at the run's line rate.
 --   min_bandwidth_95_gbps DOUBLE  Least uncompressed line rate for SF 0.95.
+--   dominant_dimension VARCHAR  The parallel dimension (dp, fsdp, tp, pp, ep, cp, other) with the
+--       most exposed communication over the run; NULL when nothing was exposed.
+--   dominant_dimension_share DOUBLE  Its share of the run's exposed communication.
+--   dominant_scope VARCHAR  The link most of that dimension's exposed communication used:
+--       'intra' (within a host), 'inter' (the network) or 'unknown'.
 WITH exposure AS (
   SELECT r.run_id,
     coalesce(
@@ -73,6 +80,23 @@ full_rate AS (
     AND w.ranks = (SELECT min(ranks) FROM whatif AS o WHERE o.run_id = w.run_id)
   GROUP BY w.run_id
 ),
+dimension_exposure AS (
+  SELECT run_id, dimension, scope, sum(exposed_comm_ns) AS exposed_ns
+  FROM step_comm_groups
+  GROUP BY ALL
+),
+dominant AS (
+  SELECT run_id, arg_max(dimension, dimension_ns) AS dominant_dimension,
+    max(dimension_ns) / nullif(sum(dimension_ns), 0) AS dominant_dimension_share,
+    arg_max(dimension_scope, dimension_ns) AS dominant_scope
+  FROM (
+    SELECT run_id, dimension, sum(exposed_ns) AS dimension_ns, arg_max(scope, exposed_ns) AS dimension_scope
+    FROM dimension_exposure
+    GROUP BY ALL
+  )
+  WHERE dimension_ns > 0
+  GROUP BY run_id
+),
 targets AS (
   SELECT t.run_id, any_value(t.min_compression) AS min_compression_95, any_value(t.min_bandwidth_gbps) AS min_bandwidth_95_gbps
   FROM whatif_targets AS t
@@ -97,13 +121,17 @@ joined AS (
     s.baseline_kind,
     1 - e.exposed_comm_share AS estimated_sf,
     t.min_compression_95,
-    t.min_bandwidth_95_gbps
+    t.min_bandwidth_95_gbps,
+    d.dominant_dimension,
+    d.dominant_dimension_share,
+    d.dominant_scope
   FROM exposure AS e
   LEFT JOIN achieved AS a USING (run_id)
   LEFT JOIN waiting AS w USING (run_id)
   LEFT JOIN full_rate AS f USING (run_id)
   LEFT JOIN scaling AS s USING (run_id)
   LEFT JOIN targets AS t USING (run_id)
+  LEFT JOIN dominant AS d USING (run_id)
 ),
 classified AS (
   SELECT
@@ -164,7 +192,11 @@ SELECT
         || 'rate, and the model predicts a scaling factor of %.2f at full rate. The exposure comes from how the '
         || 'communication is scheduled (buckets ready late in backward, many small messages, latency).',
         100 * exposed_comm_share, 100 * utilization, full_rate_sf)
-  END AS explanation,
+  END || CASE WHEN dominant_dimension IS NOT NULL AND bottleneck NOT IN ('no traces', 'no communication found') THEN
+      printf(' The steps wait most for %s communication (%.0f%% of the exposed time)%s.',
+        dominant_dimension, 100 * dominant_dimension_share,
+        CASE dominant_scope WHEN 'inter' THEN ', over the network' WHEN 'intra' THEN ', within a host' ELSE '' END)
+    ELSE '' END AS explanation,
   exposed_comm_share,
   wait_share,
   achieved_busbw_gbps,
@@ -176,6 +208,9 @@ SELECT
   baseline_kind,
   estimated_sf,
   min_compression_95,
-  min_bandwidth_95_gbps
+  min_bandwidth_95_gbps,
+  dominant_dimension,
+  dominant_dimension_share,
+  dominant_scope
 FROM classified
 ORDER BY run_id

@@ -24,6 +24,7 @@ class Kernel:
     dtype: str = "Float"
     group_size: int = 2
     pg: str = "0"
+    pg_desc: str | None = None  # default: default_pg for group "0", else custom
     seq: int | None = None
     comms_id: int | None = None
     stream: int = 7
@@ -55,7 +56,7 @@ def write_run(folder: Path, ranks: list[Rank], world_size: int, pg_ranks: list[i
                 args.update({
                     "Collective name": kernel.collective, "In msg nelems": kernel.nelems, "Out msg nelems": kernel.nelems,
                     "Group size": kernel.group_size, "dtype": kernel.dtype, "Process Group Name": kernel.pg,
-                    "Process Group Description": "default_pg" if kernel.pg == "0" else "custom",
+                    "Process Group Description": kernel.pg_desc or ("default_pg" if kernel.pg == "0" else "custom"),
                     "Process Group Ranks": json.dumps(pg_ranks or list(range(world_size))),
                 })
                 if kernel.seq is not None:

@@ -63,7 +63,7 @@ def test_sensor_partition_materialisation(definitions, gloo_run, tmp_path):
     checks = {e.check_name: e.passed for e in outcome.get_asset_check_evaluations()}
     assert checks == {
         "ranks_match_world_size": True, "no_negative_durations": True, "no_skipped_data": True,
-        "steps_found": True, "communication_found": True, "breakdown_adds_up": True,
+        "steps_found": True, "communication_found": True, "breakdown_adds_up": True, "exposure_attributed": True,
     }
     materialized = {event.asset_key.to_user_string() for event in outcome.get_asset_materialization_events()}
     assert {"trace_events", "step_breakdown", "run_report"} <= materialized

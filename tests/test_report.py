@@ -55,11 +55,14 @@ def test_report_loads_nothing_from_the_network(nccl_report):
 
 def test_report_renders_offline_in_a_browser(nccl_report, tmp_path):
     dom = browser_dom(nccl_report, tmp_path / "profile")
-    # Step breakdown, a typical step's timeline, bandwidth by size, waiting versus transfer, the
-    # what-if heatmap, scaling across the job: each chart's element now holds an SVG Vega drew.
+    # Step breakdown, a typical step's timeline, exposure per parallel dimension, bandwidth by
+    # size, waiting versus transfer, the what-if heatmap, scaling across the job: each chart's
+    # element now holds an SVG Vega drew.
     charts = re.findall(r'id="chart-\d+"[^>]*>\s*<svg[^>]*class="marks"', dom)
-    assert len(charts) == len(re.findall(r"id='chart-\d+'", nccl_report.read_text())) == 6
+    assert len(charts) == len(re.findall(r"id='chart-\d+'", nccl_report.read_text())) == 7
     assert "Exposed communication takes" in dom and "Is the network the bottleneck?" in dom
+    # The per-dimension section names the run's one data-parallel group.
+    assert "Which parallel dimension waits?" in dom and re.search(r"<td>default_pg</td>\s*<td>dp</td>", dom)
 
 
 def test_trace_text_is_escaped(tmp_path):

@@ -61,6 +61,7 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
                 "the per-rank figures below cover each whole trace."
             ),
         )
+    page.add("Which parallel dimension waits?", _dimensions(con, page))
     page.add(
         "Per rank",
         table(
@@ -100,6 +101,22 @@ def _bandwidth(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     stragglers = _rows(con, "stragglers")
     if any(row["straggler_rank"] is not None for row in stragglers):
         parts.append(table(stragglers, {"max_skew_ms": ".3f", "exposed_comm_ms": ".3f", "wait_share": ".1%"}))
+    return "".join(parts)
+
+
+def _dimensions(con: duckdb.DuckDBPyConnection, page: Page) -> str:
+    """Exposed communication per parallel dimension, per step and per process group."""
+    groups = _rows(con, "comm_groups")
+    if not groups:
+        return paragraph("No collective was found, so no process group's communication can be weighed.")
+    steps = con.sql(sql.report_query("dimension_steps")).pl()
+    parts = [page.chart(charts.dimension_steps_chart(steps))] if steps.height else [paragraph("No communication was exposed.")]
+    parts.append(table(groups, {"total_mb": ".3f", "exposed_ms_per_rank": ".3f", "exposed_share": ".1%", "busbw_gbps": ".3f"}))
+    parts.append(paragraph(
+        "Exposed communication at each instant is shared equally among the process groups communicating then "
+        "(step_comm_groups). A group's dimension comes from wirespeed.toml [dimensions], else from its name "
+        "(DeviceMesh, torchtitan, Megatron), else from what it does (docs/metrics.md)."
+    ))
     return "".join(parts)
 
 
@@ -229,7 +246,7 @@ def _reading_notes() -> str:
         "step = compute + exposed communication + other + idle, exactly, on every rank and step.",
         "Bandwidths are in Gbit/s like line rates (nccl-tests prints GB/s: divide by 8). A collective's transfer is "
         "its shortest duration across ranks; the rest of each rank's duration was waiting for the last rank to arrive.",
-        "Tables behind this page: runs, step_breakdown, step_timeline, steps, rank_breakdown, collectives, "
+        "Tables behind this page: runs, step_breakdown, step_comm_groups, step_timeline, steps, rank_breakdown, collectives, "
         "collective_bw, collective_sync, step_sync, net_utilization, network_summary, whatif, verdict, nccl_comms, "
         "nccl_connections, nccl_calls, nccl_messages, nccl_tests_results, nccl_crosscheck, parse_issues. "
         "Query them with `wirespeed sql`.",

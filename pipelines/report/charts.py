@@ -58,6 +58,28 @@ def step_breakdown_chart(states: pl.DataFrame) -> alt.Chart:
     )
 
 
+def dimension_steps_chart(steps: pl.DataFrame) -> alt.Chart:
+    """Stacked bars: for each step, an average rank's exposed milliseconds per parallel dimension."""
+    return (
+        alt.Chart(steps)
+        .mark_bar()
+        .encode(
+            x=alt.X("step:O", title="step"),
+            y=alt.Y("exposed_ms:Q", title="exposed ms (mean over ranks)", stack="zero"),
+            color=alt.Color("dimension:N", title="dimension (link)"),
+            tooltip=[
+                alt.Tooltip("step:O"),
+                alt.Tooltip("dimension:N"),
+                alt.Tooltip("exposed_ms:Q", format=".3f", title="exposed ms"),
+            ],
+        )
+        .properties(
+            width=max(240, 24 * steps["step"].n_unique()), height=180,
+            title="Which parallel dimension's communication each step waited for",
+        )
+    )
+
+
 def step_timeline_chart(stretches: pl.DataFrame, step: int) -> alt.Chart:
     """A Gantt of one step on every rank: when compute ran and when communication was exposed."""
     ranks = stretches["rank"].n_unique()

@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines import checks, sql
-from pipelines.analysis import analyze_run, open_version
+from pipelines.analysis import analyze_run, lineage, open_version
 from pipelines.defs.partitions import runs_partitions
 from pipelines.defs.resources import IngestProgress, WarehouseResource
 from pipelines.ingest import parse_run
@@ -20,24 +20,8 @@ from pipelines.sources import RunSource, discover
 from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, TABLES, Warehouse
 
 INGEST_POOL = "wirespeed_ingest"
-
-_DEPS = {
-    "steps": ["trace_events"],
-    "collectives": ["trace_events", "process_groups", "ranks", "nccl_comms", "nccl_connections"],
-    "step_timeline": ["trace_events", "steps"],
-    "step_breakdown": ["step_timeline", "steps"],
-    "rank_breakdown": ["trace_events", "step_timeline", "steps", "collectives"],
-    "collective_sync": ["collectives"],
-    "collective_bw": ["collectives", "collective_sync", "runs"],
-    "step_sync": ["collective_bw", "collective_sync", "step_timeline", "step_breakdown"],
-    "net_utilization": ["net_samples", "collective_bw", "rank_breakdown", "ranks", "runs"],
-    "network_summary": ["net_utilization"],
-    "gradient_buckets": ["collectives", "steps", "step_breakdown", "trace_events"],
-    "whatif": ["gradient_buckets", "runs"],
-    "whatif_targets": ["gradient_buckets"],
-    "nccl_crosscheck": ["collectives", "nccl_calls", "ranks"],
-}
-
+# Which tables each analysis table is derived from, read from its SQL.
+_DEPS = lineage()
 
 def _spec(name: str, group: str) -> dg.AssetSpec:
     table = sql.table(name)
