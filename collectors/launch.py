@@ -5,6 +5,12 @@ timestamps where NCCL supports them), tells the training processes where the fol
 host's network and CPU counters while the command runs, and once the command has exited (every rank
 has finished) writes the manifest and the `_DONE` marker, whatever the command's exit status: a
 failed run is still worth analysing.
+
+On a cluster, every host runs its own `wirespeed collect --nnodes N --run-id SAME` into one shared
+landing folder, around its own launcher. Each host records its launch in `hosts/<host>.json`; the
+host that finishes last (the one that sees N host files and wins the exclusive claim on
+`hosts/.finishing`) writes the manifest and `_DONE`, so the run is never marked complete while a
+host is still running.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import uuid
 from pathlib import Path
 
 from collectors import host, manifest, rundir
-from collectors.sampler import Sampler
+from collectors.sampler import Sampler, safe_host
 
 # NCCL's INIT lines give communicators, ranks, devices and transports; COLL lines give every
 # collective call. Timestamps exist from NCCL 2.26 (older versions ignore these variables).
@@ -42,18 +48,32 @@ def collect(
     tags: dict[str, str] | None = None,
     intra_link_gbps: float | None = None,
     sample_interval_ms: float = 100,
+    nnodes: int = 1,
 ) -> tuple[Path, int]:
-    """Run `command` with the run folder set up; return the folder and the command's exit code."""
+    """Run `command` with the run folder set up; return the folder and the command's exit code.
+
+    With `nnodes` > 1 this is one of the run's hosts: the folder may exist already (another host
+    made it) and the run id must be given, the same on every host.
+    """
     if not command:
         raise ValueError("no command to run")
+    if nnodes < 1:
+        raise ValueError("--nnodes must be at least 1")
+    if nnodes > 1 and not run_id:
+        raise ValueError("with --nnodes, give every host the same --run-id")
     run_id = run_id or new_run_id()
     run_dir = rundir.inside(Path(landing), run_id) if "/" not in run_id else None
     if run_dir is None or run_dir.name != run_id:
         raise ValueError(f"run id {run_id!r} must be a plain folder name")
-    if run_dir.exists():
+    host_file = run_dir / rundir.HOSTS / f"{safe_host(host.hostname())}.json"
+    if nnodes == 1 and run_dir.exists():
         raise FileExistsError(f"{run_dir} already exists: choose another --run-id")
-    for folder in (rundir.TRACES, rundir.RANKS, rundir.NCCL):
-        (run_dir / folder).mkdir(parents=True)
+    if (run_dir / rundir.DONE).exists():
+        raise FileExistsError(f"{run_dir} has finished already: choose another --run-id")
+    if host_file.exists():
+        raise FileExistsError(f"{run_dir} already has a launch from this host ({host_file.name}): choose another --run-id")
+    for folder in (rundir.TRACES, rundir.RANKS, rundir.NCCL, rundir.HOSTS):
+        (run_dir / folder).mkdir(parents=True, exist_ok=True)
     environment = dict(os.environ)
     for name, value in NCCL_ENV.items():
         environment.setdefault(name, value)
@@ -83,8 +103,25 @@ def collect(
         "exit_code": exit_code,
         "sampling": sampling,
     }
-    manifest.finish(run_dir, run_id, tags, launch)
+    rundir.write_json_atomically(host_file, launch)
+    if _last_to_finish(run_dir, nnodes):
+        manifest.finish(run_dir, run_id, tags, manifest.merge_launches(rundir.read_host_files(run_dir)) | {"nnodes": nnodes})
     return run_dir, exit_code
+
+
+def _last_to_finish(run_dir: Path, nnodes: int) -> bool:
+    """Whether this host finishes the run: every host has written its file and this one claimed it.
+
+    Each host writes its file before counting, so the last one to write always counts `nnodes`;
+    when two count `nnodes` at once, the exclusive create lets exactly one of them through.
+    """
+    if len(list((run_dir / rundir.HOSTS).glob("*.json"))) < nnodes:
+        return False
+    try:
+        os.close(os.open(run_dir / rundir.FINISH_CLAIM, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def _run(command: list[str], environment: dict[str, str]) -> int:

@@ -15,6 +15,7 @@ def build(run_dir: Path, run_id: str, tags: dict | None = None, launch: dict | N
     slowest link.
     """
     ranks = rundir.read_rank_files(run_dir)
+    launches = (launch or {}).get("launches", [])
     known_links = [r for r in ranks if isinstance(r.get("link_gbps"), (int, float))]
     slowest = min(known_links, key=lambda r: r["link_gbps"], default=None)
     first = ranks[0] if ranks else {}
@@ -26,7 +27,7 @@ def build(run_dir: Path, run_id: str, tags: dict | None = None, launch: dict | N
     manifest = {
         "run_id": run_id,
         "world_size": max(world_sizes) if world_sizes else None,
-        "hosts": sorted({r["host"] for r in ranks if r.get("host")}),
+        "hosts": sorted({r["host"] for r in ranks if r.get("host")} | {h["launcher_host"] for h in launches if h.get("launcher_host")}),
         "backend": first.get("backend"),
         "torch_version": first.get("torch_version"),
         "nccl_version": first.get("nccl_version"),
@@ -48,6 +49,26 @@ def build(run_dir: Path, run_id: str, tags: dict | None = None, launch: dict | N
     }
     manifest.update(launch or {})
     return manifest
+
+
+def merge_launches(launches: list[dict]) -> dict:
+    """One launch record for the run from every host's, in host order.
+
+    The run started with its first host and ended with its last; it failed if any host's command
+    failed. Command, zone and launcher are the first host's (each host's own are in `launches`).
+    """
+    first = launches[0]
+    failed = [h["exit_code"] for h in launches if h.get("exit_code") != 0]
+    return {
+        "command": first.get("command"),
+        "utc_offset_s": first.get("utc_offset_s"),
+        "launcher_host": first.get("launcher_host"),
+        "started_ns": min(h["started_ns"] for h in launches),
+        "ended_ns": max(h["ended_ns"] for h in launches),
+        "exit_code": failed[0] if failed else 0,
+        "sampling": [s for h in launches for s in h.get("sampling", [])],
+        "launches": launches,
+    }
 
 
 def finish(run_dir: Path, run_id: str, tags: dict | None = None, launch: dict | None = None) -> dict:

@@ -5,6 +5,7 @@
         ranks/rank<R>.json               what each rank knows about itself (host, device, link, failures)
         nccl/nccl.<host>.<pid>.log        NCCL debug log, one per process
         samples/{net,cpu}.<host>.csv      network and CPU counters, sampled on one process per host
+        hosts/<host>.json                 each host's `wirespeed collect`: command, exit code, times
         manifest.json                    the run as a whole, written once every rank has finished
         _DONE                            written last; the pipeline ingests nothing before it
 """
@@ -19,6 +20,9 @@ from pathlib import Path
 TRACES = "traces"
 RANKS = "ranks"
 NCCL = "nccl"
+HOSTS = "hosts"
+# Created exclusively by the one launcher that writes the manifest of a multi-host run.
+FINISH_CLAIM = "hosts/.finishing"
 MANIFEST = "manifest.json"
 DONE = "_DONE"
 
@@ -42,6 +46,17 @@ def read_rank_files(run_dir: Path) -> list[dict]:
     """Every rank's self-description, skipping any that cannot be read."""
     found = []
     for path in sorted((run_dir / RANKS).glob("rank*.json")):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return found
+
+
+def read_host_files(run_dir: Path) -> list[dict]:
+    """Every host's launch record, in host name order, skipping any that cannot be read."""
+    found = []
+    for path in sorted((run_dir / HOSTS).glob("*.json")):
         try:
             found.append(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError):

@@ -1,10 +1,11 @@
 """The `wirespeed` command line.
 
     wirespeed collect --landing DIR [--run-id ID] -- COMMAND...   capture a training run
+        [--nnodes N]                                              (on each of N hosts, same run id)
     wirespeed ingest PATH... [--warehouse DIR]                    ingest runs (Dagster, in-process)
     wirespeed sql "QUERY" [--format table|csv|json]               query the warehouse
     wirespeed report RUN_ID [-o FILE]                             write a run's HTML report
-    wirespeed demo                                                capture, ingest and report a demo
+    wirespeed demo [--cluster]                                    capture, ingest and report a demo
 
 Heavy imports (dagster, duckdb, torch) happen inside the subcommands that need them, so that
 `wirespeed collect` starts fast inside a training job's environment.
@@ -48,7 +49,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     if args.job:
         tags["job"] = args.job
     run_dir, exit_code = collect(
-        _landing_dir(args.landing), command, args.run_id, args.link_gbps, tags, args.intra_link_gbps, args.sample_interval_ms
+        _landing_dir(args.landing), command, args.run_id, args.link_gbps, tags, args.intra_link_gbps, args.sample_interval_ms,
+        args.nnodes,
     )
     print(f"run folder: {run_dir} (command exited with {exit_code})")
     return exit_code
@@ -102,9 +104,10 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from pipelines.demo import run_demo
+    from pipelines.demo import run_cluster_demo, run_demo
 
-    return run_demo(_warehouse_dir(args.warehouse), _landing_dir(args.landing), EXAMPLES)
+    demo = run_cluster_demo if args.cluster else run_demo
+    return demo(_warehouse_dir(args.warehouse), _landing_dir(args.landing), EXAMPLES)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -118,6 +121,10 @@ def parser() -> argparse.ArgumentParser:
     collect.add_argument("--intra-link-gbps", type=float, help="line rate between ranks of one host (NVLink, ...), Gbit/s")
     collect.add_argument(
         "--sample-interval-ms", type=float, default=100, help="network and CPU counter sampling interval; 0 turns it off"
+    )
+    collect.add_argument(
+        "--nnodes", type=int, default=1,
+        help="hosts taking part: run collect on each with the same --run-id; the last to finish writes the manifest",
     )
     collect.add_argument("--job", help="job tag, to group runs of one job (same as --tag job=NAME)")
     collect.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag for the manifest (repeatable)")
@@ -169,6 +176,10 @@ def parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="capture a 2-rank gloo DDP run, ingest it with a real A100 trace, write reports")
     demo.add_argument("--warehouse", help=warehouse_help)
     demo.add_argument("--landing", help="folder for the captured run (default: $WIRESPEED_LANDING or ./landing)")
+    demo.add_argument(
+        "--cluster", action="store_true",
+        help="capture on two emulated hosts (network namespaces, 1 Gbit/s link; needs root, ip and tc)",
+    )
     demo.set_defaults(run=cmd_demo)
     return top
 

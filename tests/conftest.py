@@ -84,3 +84,37 @@ def gloo_run(tmp_path_factory) -> Path:
         env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"},
     )
     return landing / "gloo-live"
+
+
+def require_cluster() -> None:
+    """Skip (or, with WIRESPEED_REQUIRE_CLUSTER set, fail) where no emulated cluster can be built."""
+    from pipelines.cluster import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is None:
+        return
+    if os.environ.get("WIRESPEED_REQUIRE_CLUSTER"):
+        pytest.fail(f"the emulated cluster is required here (WIRESPEED_REQUIRE_CLUSTER is set) but {reason}")
+    pytest.skip(f"no emulated cluster: {reason}")
+
+
+CLUSTER_SLOW_MBIT = 200
+CLUSTER_FAST_MBIT = 1000
+
+
+@pytest.fixture(scope="session")
+def cluster_runs(tmp_path_factory):
+    """`cluster_runs(job) -> LinkCost`: a `collectors.jobs` job on two emulated hosts at 200 and
+    1000 Mbit/s, twice each in turn (`pipelines.cluster.measure_link_cost`), once per session."""
+    from pipelines.cluster import measure_link_cost
+
+    landing = tmp_path_factory.mktemp("cluster-landing")
+    measured: dict[str, object] = {}
+
+    def runs_of(job: str):
+        require_cluster()
+        if job not in measured:
+            measured[job] = measure_link_cost(job, landing, CLUSTER_SLOW_MBIT, CLUSTER_FAST_MBIT)
+        return measured[job]
+
+    return runs_of

@@ -1,0 +1,288 @@
+"""Real multi-node training jobs, one per parallelism, small enough for CPUs and gloo.
+
+Each job is sized so that its communication is a large share of a step on a slow link (about
+0.3 s of it at 200 Mbit/s, 8-12 MB through each host's NIC per step) and its compute is small
+(0.05-0.2 s on one core): the emulated cluster's tests compare what wirespeed measures with how
+much faster the step gets on a faster link.
+
+    ddp   DistributedDataParallel MLP, 1 MB gradient buckets all-reduced during backward
+    fsdp  FSDP2 (`fully_shard` per layer and on the root): all-gathers and reduce-scatters
+    tp    Megatron tensor parallel MLP: column- then row-parallel linears, all-reduce of the
+          activations in forward and of the input's gradient in backward
+    pp    two pipeline stages, GPipe: every micro-batch forward, then every one backward, with
+          blocking send/recv of activations and gradients between the stages
+    ep    a top-1 mixture-of-experts layer, one expert per rank: all-to-all dispatch and combine
+          (both directions of autograd), all-reduce of the router's gradients
+
+    python -m collectors.jobs --job tp --nnodes 2 --node-rank 0 --nproc-per-node 1 \\
+        --master-addr 198.18.0.1 --master-port 29500 --steps 8
+
+Run it once per host; global rank = node rank * nproc-per-node + local rank. Sockets use the
+interface in GLOO_SOCKET_IFNAME (from the environment). Each rank profiles itself with `Capture`
+(steps after the first two) and, when done, prints one JSON line to stdout with its own wall-clock
+step times, which a caller can parse and the ingest never sees:
+
+    {"wirespeed_job": "tp", "rank": 0, "step_ns": [412345678, ...]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+from collectors.capture import Capture
+
+Step = Callable[[], None]
+
+
+def mlp(width: int, depth: int) -> torch.nn.Sequential:
+    layers: list[torch.nn.Module] = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers)
+
+
+def sgd_step(module: torch.nn.Module, loss_of: Callable[[], torch.Tensor]) -> Step:
+    optimiser = torch.optim.SGD(module.parameters(), lr=0.01)
+
+    def step() -> None:
+        optimiser.zero_grad()
+        loss_of().backward()
+        optimiser.step()
+
+    return step
+
+
+# --- data parallel -----------------------------------------------------------------------------
+
+def ddp_job(rank: int, world: int) -> Step:
+    """8.4 MB of gradients in 1 MB buckets: the first buckets overlap backward, the last do not."""
+    network = DistributedDataParallel(mlp(1024, 2), bucket_cap_mb=1)
+    inputs, targets = torch.randn(256, 1024), torch.randn(256, 1024)
+    return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets))
+
+
+def fsdp_job(rank: int, world: int) -> Step:
+    """Parameters sharded per layer: all-gathered in forward and again in backward, grads reduce-scattered."""
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
+    network = mlp(1024, 2)
+    for layer in network:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(network, mesh=mesh)
+    inputs, targets = torch.randn(256, 1024), torch.randn(256, 1024)
+    return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets))
+
+
+# --- tensor parallel (Megatron-LM's f and g operators) ----------------------------------------
+
+class CopyToTensorParallel(torch.autograd.Function):
+    """Megatron's f: the replicated input enters every shard; backward sums the shards' gradients."""
+
+    @staticmethod
+    def forward(ctx, tensor):
+        return tensor
+
+    @staticmethod
+    def backward(ctx, gradient):
+        gradient = gradient.contiguous()
+        dist.all_reduce(gradient)
+        return gradient
+
+
+class ReduceFromTensorParallel(torch.autograd.Function):
+    """Megatron's g: sum the row-parallel partial outputs; the gradient is already replicated."""
+
+    @staticmethod
+    def forward(ctx, tensor):
+        tensor = tensor.clone()
+        dist.all_reduce(tensor)
+        return tensor
+
+    @staticmethod
+    def backward(ctx, gradient):
+        return gradient
+
+
+class TensorParallelMLP(torch.nn.Module):
+    def __init__(self, width: int, hidden: int, world: int):
+        super().__init__()
+        self.column = torch.nn.Linear(width, hidden // world)  # output features sharded
+        self.row = torch.nn.Linear(hidden // world, width, bias=False)  # input features sharded
+
+    def forward(self, tensor):
+        partial = self.row(torch.nn.functional.gelu(self.column(CopyToTensorParallel.apply(tensor))))
+        return ReduceFromTensorParallel.apply(partial)
+
+
+def tp_job(rank: int, world: int) -> Step:
+    """Two blocks on 1024 tokens of width 512: four 2 MB all-reduces per step, none overlapped."""
+    torch.manual_seed(0)  # the replicated input must be the same on every rank
+    network = torch.nn.Sequential(TensorParallelMLP(512, 1024, world), TensorParallelMLP(512, 1024, world))
+    inputs, targets = torch.randn(1024, 512), torch.randn(1024, 512)
+    return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets))
+
+
+# --- pipeline parallel ---------------------------------------------------------------------------
+
+PP_MICRO_BATCHES = 4
+
+
+def pp_job(rank: int, world: int) -> Step:
+    """Ranks [0, world/2) are stage 0, the rest stage 1, paired rank r with r + world/2.
+
+    Four micro-batches of 1024 tokens at width 256: 1 MB per send, 8 MB per step, and while one
+    stage computes the other waits, as GPipe's bubble does.
+    """
+    if world % 2:
+        raise ValueError("the pipeline job needs an even number of ranks")
+    half = world // 2
+    stage, peer = (0, rank + half) if rank < half else (1, rank - half)
+    # Beyond one pair, the replicas of a stage average their gradients over a named group.
+    stage_groups = [dist.new_group(list(range(s * half, (s + 1) * half)), group_desc=f"pp_stage{s}_dp") for s in (0, 1)] if half > 1 else None
+    network = mlp(256, 2)
+    optimiser = torch.optim.SGD(network.parameters(), lr=0.01)
+    inputs = [torch.randn(1024, 256) for _ in range(PP_MICRO_BATCHES)]
+    targets = [torch.randn(1024, 256) for _ in range(PP_MICRO_BATCHES)]
+
+    def step() -> None:
+        optimiser.zero_grad()
+        outputs, received = [], []
+        for micro in range(PP_MICRO_BATCHES):
+            if stage == 0:
+                output = network(inputs[micro])
+                dist.send(output.detach(), peer)
+            else:
+                activation = torch.empty(1024, 256)
+                dist.recv(activation, peer)
+                activation.requires_grad_()
+                received.append(activation)
+                output = torch.nn.functional.mse_loss(network(activation), targets[micro]) / PP_MICRO_BATCHES
+            outputs.append(output)
+        for micro in range(PP_MICRO_BATCHES):
+            if stage == 0:
+                gradient = torch.empty(1024, 256)
+                dist.recv(gradient, peer)
+                outputs[micro].backward(gradient)
+            else:
+                outputs[micro].backward()
+                dist.send(received[micro].grad, peer)
+        if stage_groups:
+            for parameter in network.parameters():
+                dist.all_reduce(parameter.grad, group=stage_groups[stage])
+        optimiser.step()
+
+    return step
+
+
+# --- expert parallel -----------------------------------------------------------------------------
+
+class AllToAll(torch.autograd.Function):
+    """Equal-split all-to-all; its gradient is the same exchange run backwards."""
+
+    @staticmethod
+    def forward(ctx, tensor):
+        received = torch.empty_like(tensor)
+        dist.all_to_all_single(received, tensor.contiguous())
+        return received
+
+    @staticmethod
+    def backward(ctx, gradient):
+        received = torch.empty_like(gradient)
+        dist.all_to_all_single(received, gradient.contiguous())
+        return received
+
+
+class MixtureOfExperts(torch.nn.Module):
+    """Top-1 routing with a fixed capacity per expert (GShard): tokens over capacity are dropped,
+    so every all-to-all has equal splits."""
+
+    def __init__(self, width: int, hidden: int, world: int):
+        super().__init__()
+        self.world = world
+        self.router = torch.nn.Linear(width, world)
+        self.expert = torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, width))
+
+    def forward(self, tokens):
+        capacity = tokens.shape[0] // self.world
+        gate, chosen = torch.softmax(self.router(tokens), dim=-1).max(dim=-1)
+        slots = [(chosen == e).nonzero().squeeze(1)[:capacity] for e in range(self.world)]
+        dispatch = tokens.new_zeros(self.world, capacity, tokens.shape[1])
+        for e, index in enumerate(slots):
+            dispatch[e, : len(index)] = tokens[index]
+        arrived = AllToAll.apply(dispatch.reshape(-1, tokens.shape[1]))
+        returned = AllToAll.apply(self.expert(arrived)).reshape(self.world, capacity, -1)
+        combined = torch.zeros_like(tokens)
+        for e, index in enumerate(slots):
+            combined = combined.index_add(0, index, returned[e, : len(index)] * gate[index, None])
+        return tokens + combined
+
+
+def ep_job(rank: int, world: int) -> Step:
+    """1024 tokens of width 1024 per rank: 4 MB per all-to-all, four per step (half leaves the host)."""
+    layer = MixtureOfExperts(1024, 256, world)
+    optimiser = torch.optim.SGD(layer.parameters(), lr=0.01)
+    inputs, targets = torch.randn(1024, 1024), torch.randn(1024, 1024)
+
+    def step() -> None:
+        optimiser.zero_grad()
+        torch.nn.functional.mse_loss(layer(inputs), targets).backward()
+        for parameter in layer.router.parameters():  # the router is replicated, not an expert
+            dist.all_reduce(parameter.grad)
+        optimiser.step()
+
+    return step
+
+
+JOBS: dict[str, Callable[[int, int], Step]] = {"ddp": ddp_job, "fsdp": fsdp_job, "tp": tp_job, "pp": pp_job, "ep": ep_job}
+
+
+def train(local_rank: int, args: argparse.Namespace) -> None:
+    rank = args.node_rank * args.nproc_per_node + local_rank
+    world = args.nnodes * args.nproc_per_node
+    os.environ.update(
+        MASTER_ADDR=args.master_addr, MASTER_PORT=str(args.master_port), RANK=str(rank), WORLD_SIZE=str(world),
+        LOCAL_RANK=str(local_rank),
+    )
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(rank)
+    step = JOBS[args.job](rank, world)
+    step_ns = []
+    with Capture(wait=1, warmup=1, active=args.steps - 2, tags={"job": args.job}) as capture:
+        for _ in range(args.steps):
+            started_ns = time.perf_counter_ns()
+            step()
+            step_ns.append(time.perf_counter_ns() - started_ns)
+            capture.step()
+    print(json.dumps({"wirespeed_job": args.job, "rank": rank, "step_ns": step_ns}), flush=True)
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--job", choices=sorted(JOBS), required=True)
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--nproc-per-node", type=int, default=2)
+    parser.add_argument("--master-addr", default="127.0.0.1")
+    parser.add_argument("--master-port", type=int, default=29500)
+    parser.add_argument("--steps", type=int, default=8, help="steps to run; the first two are profiler wait and warm-up")
+    args = parser.parse_args()
+    if args.steps < 3:
+        parser.error("--steps must be at least 3")
+    mp.spawn(train, args=(args,), nprocs=args.nproc_per_node, join=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""An emulated cluster on one machine: hosts as network namespaces behind a shaped switch.
+
+Multi-node behaviour (one `wirespeed collect` per host, each host's own NIC counters, a line rate
+the network really holds to) cannot be tested on loopback. Each host here is a network namespace
+with one NIC, `eth0` (one end of a veth pair), addressed 198.18.0.<i+1>/24 (198.18.0.0/15 is
+reserved for benchmarking, so no real network is ever addressed); the other end of every veth is
+a port of a bridge in a separate "switch" namespace. A token bucket (`tc ... tbf`) on both ends
+of each veth shapes the link in both directions. Processes started on a host also get their own
+UTS namespace, so `hostname` (and with it every per-host file in a run folder) differs per host.
+
+    with Cluster(hosts=2, link_mbit=200) as cluster:
+        cluster.run(0, ["hostname"])            # -> host0
+
+Everything is created under names with a random suffix (parallel and leftover runs never
+clash) and deleted on exit, on an exception, on SIGTERM and at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+SUBNET_PREFIX = "198.18.0."
+SUBNET_BITS = 24
+INTERFACE = "eth0"
+BRIDGE = "br0"
+# A token bucket holding 2 ms at line rate (never less than a GSO super-packet) keeps the rate
+# within a few percent over 100 ms windows from 100 Mbit/s to 10 Gbit/s; 50 ms of queue lets TCP
+# fill the pipe without losses at the lowest rate.
+TBF_BURST_S = 0.002
+TBF_MIN_BURST_BYTES = 64 * 1024
+TBF_LATENCY_MS = 50
+REPO = Path(__file__).resolve().parent.parent
+
+
+def unavailable_reason() -> str | None:
+    """Why this machine cannot build a cluster (None when it can): root, ip, tc, unshare, netns."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, veth pairs and tc qdiscs are privileged)"
+    for tool in ("ip", "tc", "unshare"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` is not installed (apt-get install iproute2 util-linux)"
+    probe = f"wsprobe-{uuid.uuid4().hex[:6]}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"cannot create a network namespace: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+@dataclass(frozen=True)
+class Host:
+    index: int
+    name: str
+    namespace: str
+    address: str
+
+
+def tbf_burst_bytes(link_mbit: float) -> int:
+    return max(TBF_MIN_BURST_BYTES, int(link_mbit * 1e6 / 8 * TBF_BURST_S))
+
+
+class Cluster:
+    """`hosts` hosts, each with one `link_mbit` link to a shared switch."""
+
+    def __init__(self, hosts: int = 2, link_mbit: float = 1000, name_prefix: str = "host"):
+        if not 1 <= hosts <= 250:
+            raise ValueError("a cluster has 1 to 250 hosts")
+        suffix = uuid.uuid4().hex[:6]
+        self.link_mbit = link_mbit
+        self.switch_namespace = f"ws-{suffix}-switch"
+        self.hosts = [
+            Host(i, f"{name_prefix}{i}", f"ws-{suffix}-{name_prefix}{i}", f"{SUBNET_PREFIX}{i + 1}") for i in range(hosts)
+        ]
+        self._created: list[str] = []
+        self._children: list[subprocess.Popen] = []
+        self._lock = threading.Lock()
+        self._previous_sigterm = None
+
+    # --- building and tearing down -----------------------------------------------------------
+
+    def __enter__(self) -> Cluster:
+        atexit.register(self.teardown)
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        try:
+            self._build()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.teardown()
+
+    def _build(self) -> None:
+        switch = self.switch_namespace
+        self._add_namespace(switch)
+        _ip("-n", switch, "link", "add", BRIDGE, "type", "bridge")
+        _ip("-n", switch, "link", "set", BRIDGE, "up")
+        for host in self.hosts:
+            self._add_namespace(host.namespace)
+            port = f"p{host.index}"
+            # Created inside the namespaces: no name ever appears in the machine's own namespace.
+            _ip("-n", switch, "link", "add", port, "type", "veth", "peer", "name", INTERFACE, "netns", host.namespace)
+            _ip("-n", switch, "link", "set", port, "master", BRIDGE, "up")
+            _ip("-n", host.namespace, "addr", "add", f"{host.address}/{SUBNET_BITS}", "dev", INTERFACE)
+            _ip("-n", host.namespace, "link", "set", INTERFACE, "up")
+            self._shape(host.namespace, INTERFACE)  # host -> switch
+            self._shape(switch, port)  # switch -> host
+
+    def _add_namespace(self, namespace: str) -> None:
+        _ip("netns", "add", namespace)
+        self._created.append(namespace)
+        _ip("-n", namespace, "link", "set", "lo", "up")
+
+    def _shape(self, namespace: str, device: str) -> None:
+        burst = tbf_burst_bytes(self.link_mbit)
+        _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, "root", "tbf",
+              "rate", f"{self.link_mbit}mbit", "burst", str(burst), "latency", f"{TBF_LATENCY_MS}ms"])
+
+    def teardown(self) -> None:
+        """Stop every process started on a host, then delete every namespace (and so every link)."""
+        with self._lock:
+            for child in self._children:
+                if child.poll() is None:
+                    _kill_group(child)
+            self._children.clear()
+            for namespace in reversed(self._created):
+                # A namespace lives on while a process is inside it: kill stragglers first.
+                pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
+                for pid in pids:
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+                subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+            self._created.clear()
+            if self._previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+                self._previous_sigterm = None
+        atexit.unregister(self.teardown)
+
+    def namespaces(self) -> list[str]:
+        return [self.switch_namespace, *(h.namespace for h in self.hosts)]
+
+    # --- running commands on a host ------------------------------------------------------------
+
+    def command(self, index: int, argv: list[str]) -> list[str]:
+        """`argv` as run on host `index`: inside its network namespace, under its own hostname."""
+        host = self.hosts[index]
+        return ["ip", "netns", "exec", host.namespace, "unshare", "--uts", "sh", "-c",
+                'hostname "$0" && exec "$@"', host.name, *argv]
+
+    def popen(self, index: int, argv: list[str], **popen_args) -> subprocess.Popen:
+        """Start `argv` on host `index` in its own process group (so teardown can stop all of it)."""
+        child = subprocess.Popen(self.command(index, argv), start_new_session=True, **popen_args)
+        with self._lock:
+            self._children.append(child)
+        return child
+
+    def run(self, index: int, argv: list[str], timeout: float | None = None, **popen_args) -> subprocess.CompletedProcess:
+        """Run `argv` on host `index` to completion; output is captured as text unless redirected."""
+        popen_args.setdefault("text", True)
+        if "stdout" not in popen_args and "stderr" not in popen_args:
+            popen_args.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child = self.popen(index, argv, **popen_args)
+        try:
+            stdout, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(child)
+            raise
+        return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+
+
+def _exit_on_sigterm(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def _kill_group(child: subprocess.Popen) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait()
+
+
+def _run(argv: list[str]) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
+
+
+def _ip(*args: str) -> None:
+    _run(["ip", *args])
+
+
+# --- a real training job across the cluster, as users capture one ----------------------------
+
+JOB_PORT = 29500
+
+
+@dataclass(frozen=True)
+class ClusterJobRun:
+    run_dir: Path
+    median_step_ns: int  # the job's own wall-clock step time, steps after the first two, all ranks
+    step_ns: dict[int, list[int]]  # rank -> every step's time
+    wall_ns: int  # from starting the hosts' `wirespeed collect` to the last one's exit
+
+
+def run_job(job: str, link_mbit: float, landing: Path, steps: int = 8, run_id: str | None = None,
+            timeout_s: float = 180) -> ClusterJobRun:
+    """Run one `collectors.jobs` job on a fresh 2-host cluster, one rank per host, each host under
+    `wirespeed collect --nnodes 2 --link-gbps <rate>`, into `landing`."""
+    run_id = run_id or f"{job}-{link_mbit:g}mbit-{uuid.uuid4().hex[:6]}"
+    landing = Path(landing).absolute()
+    with Cluster(hosts=2, link_mbit=link_mbit) as cluster:
+        master = cluster.hosts[0].address
+        environment = {**os.environ, "GLOO_SOCKET_IFNAME": INTERFACE, "PYTHONPATH": str(REPO)}
+        started = time.perf_counter_ns()
+        children = []
+        for host in cluster.hosts:
+            argv = [
+                sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", run_id,
+                "--nnodes", "2", "--link-gbps", f"{link_mbit / 1000:g}", "--job", job, "--",
+                sys.executable, "-m", "collectors.jobs", "--job", job, "--nnodes", "2", "--node-rank", str(host.index),
+                "--nproc-per-node", "1", "--master-addr", master, "--master-port", str(JOB_PORT), "--steps", str(steps),
+            ]
+            children.append(cluster.popen(host.index, argv, cwd=REPO, env=environment, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        outputs = [child.communicate(timeout=timeout_s) for child in children]
+        wall_ns = time.perf_counter_ns() - started
+    for child, (stdout, stderr) in zip(children, outputs):
+        if child.returncode != 0:
+            raise RuntimeError(f"{job} at {link_mbit} Mbit/s failed ({child.returncode}):\n{stdout}\n{stderr[-4000:]}")
+    step_ns = {}
+    for stdout, _ in outputs:
+        for line in stdout.splitlines():
+            if line.startswith('{"wirespeed_job"'):
+                record = json.loads(line)
+                step_ns[record["rank"]] = record["step_ns"]
+    median = int(statistics.median(t for times in step_ns.values() for t in times[2:]))
+    return ClusterJobRun(landing / run_id, median, step_ns, wall_ns)
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """What a link really costs a job: its step at two line rates, measured in turn (A B A B)."""
+
+    slow_mbit: float
+    fast_mbit: float
+    slow_runs: tuple[ClusterJobRun, ...]
+    fast_runs: tuple[ClusterJobRun, ...]
+    slow_step_ns: int  # median over every run's steps after the first two, all ranks
+    fast_step_ns: int
+
+    @property
+    def link_share(self) -> float:
+        """The share of the slow step the link explains, from t = c + k/B at the two rates.
+
+        t_slow - t_fast = k (1/B_slow - 1/B_fast), and the link's part of the slow step is
+        k/B_slow: (t_slow - t_fast) / (1 - B_slow/B_fast) / t_slow, 1.25 (t_200 - t_1000) / t_200.
+        """
+        return (self.slow_step_ns - self.fast_step_ns) / (1 - self.slow_mbit / self.fast_mbit) / self.slow_step_ns
+
+
+def measure_link_cost(job: str, landing: Path, slow_mbit: float = 200, fast_mbit: float = 1000, repeats: int = 2,
+                      steps: int = 8) -> LinkCost:
+    """Run `job` at the slow and the fast rate in turn, `repeats` times each, so that a machine
+    busier during one run than another shifts both rates alike."""
+    runs: dict[float, list[ClusterJobRun]] = {slow_mbit: [], fast_mbit: []}
+    for _ in range(repeats):
+        for rate in (slow_mbit, fast_mbit):
+            runs[rate].append(run_job(job, rate, landing, steps=steps))
+
+    def pooled_median(measured: list[ClusterJobRun]) -> int:
+        return int(statistics.median(t for run in measured for times in run.step_ns.values() for t in times[2:]))
+
+    return LinkCost(slow_mbit, fast_mbit, tuple(runs[slow_mbit]), tuple(runs[fast_mbit]),
+                    pooled_median(runs[slow_mbit]), pooled_median(runs[fast_mbit]))
