@@ -56,6 +56,17 @@ def shared_warehouse(tmp_path_factory) -> Warehouse:
     return store
 
 
+def table_rows(store: Warehouse, query: str, parameters: list | None = None) -> list[dict]:
+    """A query's rows over a warehouse's published runs, each as a dict by column name."""
+    con = store.connect()
+    try:
+        result = con.execute(query, parameters or [])
+        columns = [column[0] for column in result.description]
+        return [dict(zip(columns, row, strict=True)) for row in result.fetchall()]
+    finally:
+        con.close()
+
+
 def wirespeed(*args: str, cwd: Path | None = None, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """Run the real `wirespeed` command line in a child process."""
     result = subprocess.run(

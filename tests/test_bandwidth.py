@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ingest_directly
+from conftest import ingest_directly, table_rows as rows
 from pipelines.warehouse import Warehouse
 from synthetic import Kernel, Rank, ns, write_run
 
@@ -36,14 +36,6 @@ def ingest(tmp_path, hosts, overrides) -> Warehouse:
     ingest_directly(store, write_run(tmp_path / "run", two_ranks(hosts), 2), "bw", overrides=overrides)
     return store
 
-
-def rows(store, query):
-    con = store.connect()
-    try:
-        relation = con.sql(query)
-        return [dict(zip(relation.columns, row, strict=True)) for row in relation.fetchall()]
-    finally:
-        con.close()
 
 
 @pytest.fixture

@@ -16,19 +16,11 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ingest_directly
+from conftest import ingest_directly, table_rows
 from pipelines.warehouse import Warehouse
 
 DIMENSION = {"ddp": "dp", "fsdp": "fsdp", "tp": "tp", "pp": "pp", "ep": "ep"}
 LINK_SHARE_RESOLUTION = 0.03
-
-
-def one(store: Warehouse, query: str, parameters: list) -> tuple:
-    con = store.connect()
-    try:
-        return con.execute(query, parameters).fetchall()[0]
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +34,11 @@ def store(tmp_path_factory) -> Warehouse:
 def test_exposed_share_matches_what_the_link_costs(cluster_runs, store, job):
     cost = cluster_runs(job)
     run_ids = [ingest_directly(store, run.run_dir) for run in cost.slow_runs]
-    exposed_share, = one(
+    (exposed_share,) = table_rows(
         store,
-        "SELECT sum(exposed_comm_ns) / sum(step_ns) FROM step_breakdown WHERE list_contains(?, run_id)",
+        "SELECT sum(exposed_comm_ns) / sum(step_ns) AS share FROM step_breakdown WHERE list_contains(?, run_id)",
         [run_ids],
-    )
+    )[0].values()
     ratio = exposed_share / cost.link_share
     assert 0.85 <= ratio <= 1.0 + LINK_SHARE_RESOLUTION, (
         f"{job}: exposed {exposed_share:.3f} of the slow step, the link explains {cost.link_share:.3f} "
@@ -54,18 +46,18 @@ def test_exposed_share_matches_what_the_link_costs(cluster_runs, store, job):
         f"{cost.fast_mbit:g}): ratio {ratio:.3f}"
     )
     # The steps wait for the job's own dimension, over the network; the groups' shares add up.
-    dimension, share, scope, unbalanced = one(
+    dimension, share, scope, unbalanced = table_rows(
         store,
         """
-        SELECT arg_max(dimension, ns), max(ns) / sum(ns), arg_max(scope, ns),
+        SELECT arg_max(dimension, ns) AS dimension, max(ns) / sum(ns) AS share, arg_max(scope, ns) AS scope,
           (SELECT count(*) FROM step_breakdown AS b
            WHERE list_contains(?, b.run_id) AND b.exposed_comm_ns <> (
              SELECT coalesce(sum(g.exposed_comm_ns), 0) FROM step_comm_groups AS g
-             WHERE g.run_id = b.run_id AND g.rank = b.rank AND g.step = b.step))
+             WHERE g.run_id = b.run_id AND g.rank = b.rank AND g.step = b.step)) AS unbalanced
         FROM (SELECT dimension, scope, sum(exposed_comm_ns) AS ns FROM step_comm_groups
               WHERE list_contains(?, run_id) GROUP BY ALL)
         """,
         [run_ids, run_ids],
-    )
+    )[0].values()
     assert (dimension, scope, unbalanced) == (DIMENSION[job], "inter", 0)
     assert share > 0.99

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ingest_directly
+from conftest import ingest_directly, table_rows as rows
 from pipelines.settings import Settings
 from pipelines.warehouse import Warehouse
 from synthetic import Kernel, Rank, write_run
@@ -17,14 +17,6 @@ GROUP BY ALL
 HAVING b.exposed_comm_ns <> attributed_ns
 """
 
-
-def rows(store: Warehouse, query: str) -> list[dict]:
-    con = store.connect()
-    try:
-        relation = con.sql(query)
-        return [dict(zip(relation.columns, row, strict=True)) for row in relation.fetchall()]
-    finally:
-        con.close()
 
 
 def allreduce(start_us: float, dur_us: float, pg: str, desc: str, stream: int) -> Kernel:
