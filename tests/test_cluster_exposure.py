@@ -40,6 +40,8 @@ def test_exposed_share_matches_what_the_link_costs(cluster_runs, store, job):
         [run_ids],
     )[0].values()
     ratio = exposed_share / cost.link_share
+    print(f"{job}: step {cost.slow_step_ns / 1e6:.0f} ms at {cost.slow_mbit:g} Mbit/s, {cost.fast_step_ns / 1e6:.0f} ms at "
+          f"{cost.fast_mbit:g}; link share {cost.link_share:.3f}, exposed {exposed_share:.3f}, ratio {ratio:.3f}")
     assert 0.85 <= ratio <= 1.0 + LINK_SHARE_RESOLUTION, (
         f"{job}: exposed {exposed_share:.3f} of the slow step, the link explains {cost.link_share:.3f} "
         f"(steps {cost.slow_step_ns / 1e6:.0f} ms at {cost.slow_mbit:g} Mbit/s, {cost.fast_step_ns / 1e6:.0f} ms at "
