@@ -44,19 +44,18 @@ def write_json_atomically(path: Path, data: dict) -> None:
 
 def read_rank_files(run_dir: Path) -> list[dict]:
     """Every rank's self-description, skipping any that cannot be read."""
-    found = []
-    for path in sorted((run_dir / RANKS).glob("rank*.json")):
-        try:
-            found.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
-    return found
+    return _read_json_files(run_dir / RANKS, "rank*.json")
 
 
 def read_host_files(run_dir: Path) -> list[dict]:
     """Every host's launch record, in host name order, skipping any that cannot be read."""
+    return _read_json_files(run_dir / HOSTS, "*.json")
+
+
+def _read_json_files(folder: Path, pattern: str) -> list[dict]:
+    """The JSON files of `folder` matching `pattern`, in name order, skipping any that cannot be read."""
     found = []
-    for path in sorted((run_dir / HOSTS).glob("*.json")):
+    for path in sorted(folder.glob(pattern)):
         try:
             found.append(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError):
