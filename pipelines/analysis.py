@@ -27,6 +27,7 @@ BUILD_ORDER = (
     "_device_events",
     "_activity",
     "_step_spans",
+    "_backward_starts",
     "steps",
     "collectives",
     "_bucket_readiness",

@@ -3,7 +3,7 @@
 -- An intermediate table (not published) that holds what `gradient_buckets` reads from the device
 -- and CPU timelines, so that it can be built while `_device_events` is still in memory and that
 -- table can leave before the sweep (see `gradient_buckets` for the method: where backward begins,
--- when a bucket is ready, on each timeline).
+-- when a bucket is ready, on each timeline); backward's start on the CPU is `_backward_starts`.
 --
 -- Grain: one row per run, rank, step and gradient bucket with bytes.
 --
@@ -30,16 +30,10 @@ cpu_ops AS (
     SELECT e.rank, e.name, e.ts_ns, e.ts_ns // w.bucket_ns AS time_bucket
     FROM trace_events AS e, bucket_width AS w
     WHERE e.ph = 'X' AND e.cat = 'cpu_op'
-      AND (starts_with(e.name, 'autograd::engine::evaluate_function:') OR starts_with(e.name, 'c10d::'))
+      AND starts_with(e.name, 'c10d::')
   ) AS e
   JOIN step_time_buckets AS s
     ON s.rank = e.rank AND s.time_bucket = e.time_bucket AND e.ts_ns >= s.start_ns AND e.ts_ns < s.lookup_end_ns
-),
-backward_start AS (
-  SELECT rank, step, min(ts_ns) AS backward_cpu_ns
-  FROM cpu_ops
-  WHERE starts_with(name, 'autograd::engine::evaluate_function:')
-  GROUP BY rank, step
 ),
 launched_device_events AS (
   SELECT rank, launched_ns AS launch_ns, start_ns, end_ns, NOT is_comm AND NOT is_memory AS is_compute
@@ -58,7 +52,7 @@ device_backward AS (
   FROM (SELECT d.*, d.launch_ns // w.bucket_ns AS time_bucket FROM launched_device_events AS d, bucket_width AS w) AS d
   JOIN step_time_buckets AS s
     ON s.rank = d.rank AND s.time_bucket = d.time_bucket AND d.launch_ns >= s.start_ns AND d.launch_ns < s.lookup_end_ns
-  JOIN backward_start AS b ON b.rank = s.rank AND b.step = s.step AND d.launch_ns >= b.backward_cpu_ns
+  JOIN _backward_starts AS b ON b.rank = s.rank AND b.step = s.step AND d.launch_ns >= b.backward_cpu_ns
   GROUP BY b.rank, b.step, b.backward_cpu_ns
 ),
 device_buckets AS (
@@ -73,7 +67,6 @@ cpu_calls AS (
   SELECT rank, step, collective_op(name) AS op, ts_ns AS call_ns,
     row_number() OVER (PARTITION BY rank, step, collective_op(name) ORDER BY ts_ns) AS position
   FROM cpu_ops
-  WHERE starts_with(name, 'c10d::')
 ),
 cpu_work AS (
   SELECT rank, step, collective_key, op, bytes, group_size, start_ns,
@@ -85,7 +78,7 @@ cpu_buckets AS (
   SELECT w.rank, w.step, w.collective_key, w.op, w.bytes, w.group_size,
     coalesce(c.call_ns, w.start_ns) - b.backward_cpu_ns AS ready_ns
   FROM cpu_work AS w
-  JOIN backward_start AS b USING (rank, step)
+  JOIN _backward_starts AS b USING (rank, step)
   LEFT JOIN cpu_calls AS c USING (rank, step, op, position)
   WHERE w.op IN ('allreduce', 'reducescatter') AND coalesce(c.call_ns, w.start_ns) >= b.backward_cpu_ns
 ),

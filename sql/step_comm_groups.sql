@@ -22,8 +22,8 @@
 --      expert, expt, moe) ('name');
 --   3. what the group does over the run ('ops'): any all-to-all: ep; only point-to-point: pp;
 --      any all-gather (parameters gathered before use, gradients reduce-scattered or all-reduced
---      after): fsdp; all-reduces issued before the step's backward pass began (its first
---      `autograd::engine::evaluate_function` operator): tp; other all-reduces: dp; anything else:
+--      after): fsdp; all-reduces issued before the step's backward pass began (`_backward_starts`):
+--      tp; other all-reduces: dp; anything else:
 --      other. A sequence-parallel tensor-parallel group also all-gathers: such groups are named
 --      by the frameworks that make them (rule 2), or by the user (rule 1).
 -- Collectives of no known group (a kernel without metadata) form one group of their own, with pg
@@ -56,17 +56,6 @@ WITH instances AS (
   FROM collectives
   WHERE end_ns > start_ns
 ),
-backward_starts AS (
-  -- The first autograd operator of each step: where its backward pass began.
-  SELECT s.rank, s.step, min(b.ts_ns) AS backward_ns
-  FROM (
-    SELECT rank, ts_ns FROM trace_events
-    WHERE ph = 'X' AND cat = 'cpu_op' AND starts_with(name, 'autograd::engine::evaluate_function:')
-  ) AS b
-  ASOF JOIN steps AS s ON s.rank = b.rank AND b.ts_ns >= s.start_ns
-  WHERE b.ts_ns < s.end_ns
-  GROUP BY ALL
-),
 group_behaviour AS (
   SELECT
     i.group_key,
@@ -76,9 +65,9 @@ group_behaviour AS (
     bool_and(i.op IN ('send', 'recv', 'sendrecv')) AS point_to_point,
     bool_or(i.op = 'allgather') AS gathers,
     bool_or(i.op = 'allreduce') AS all_reduce,
-    bool_or(i.op = 'allreduce' AND i.issued_ns < b.backward_ns) AS reduces_before_backward
+    bool_or(i.op = 'allreduce' AND i.issued_ns < b.backward_cpu_ns) AS reduces_before_backward
   FROM instances AS i
-  LEFT JOIN backward_starts AS b USING (rank, step)
+  LEFT JOIN _backward_starts AS b USING (rank, step)
   GROUP BY i.group_key
 ),
 group_words AS (
