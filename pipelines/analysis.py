@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines import sql, whatif
+from pipelines import replay, sql, whatif
 from pipelines.kineto.normalize import MAX_PLAUSIBLE_DUR_NS
 from pipelines.settings import Settings
 from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
@@ -41,14 +41,20 @@ BUILD_ORDER = (
     "net_utilization",
     "network_summary",
     "gradient_buckets",
+    "whatif_inputs",
     "_whatif_scenario",
     "_whatif_costs",
+    "_whatif_paper",
+    "_whatif_paper_targets",
     "whatif",
     "whatif_targets",
+    "whatif_dimensions",
     "nccl_crosscheck",
 )
-# The what-if tables need their grid, which depends on the run (its N and its line rate).
+# The what-if tables need their grid, which depends on the run (its N and its line rate); the
+# replay's tables are registered then too, from what the replay's own queries read.
 WHATIF_START = "_whatif_costs"
+REPLAY_TABLES = ("_whatif_replay", "_whatif_replay_dimensions", "_whatif_replay_targets")
 
 
 @dataclass
@@ -98,7 +104,8 @@ SELECT
 
 
 def _register_whatif_inputs(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
-    """The run's what-if grid: its own N and multiples, the default line rates plus its own.
+    """The run's what-if grid: its own N and multiples, the default line rates plus its own; and
+    the replay over that grid.
 
     The run's own line rate is that of the link its collectives use: the intra-node rate when all
     of them stay within one host and that rate is known, else the NIC's.
@@ -109,20 +116,25 @@ def _register_whatif_inputs(con: duckdb.DuckDBPyConnection, settings: Settings) 
     grid = whatif.Grid(tuple(ranks * m for m in whatif.DEFAULT_RANK_MULTIPLES), bandwidths, whatif.DEFAULT_COMPRESSIONS)
     whatif.register_inputs(con, grid, settings.reduce_cost)
     sql.set_variables(con, fusion="observed", run_link_gbps=link)
+    replay.register(con, whatif.DEFAULT_RANK_MULTIPLES, bandwidths, whatif.DEFAULT_COMPRESSIONS, whatif.DEFAULT_TARGETS)
 
 
 def _reads(order: tuple[str, ...] = BUILD_ORDER) -> dict[str, set[str]]:
     """For each table of `order`, the tables (parse tables, and tables before it) its SQL reads.
 
     DuckDB's own parser says which relations a query names, so neither comments nor columns that
-    share a table's name count; the what-if costs also read the query run just before them.
+    share a table's name count; the what-if costs also read the query run just before them, and a
+    table built on the replay's registered tables reads what the replay's queries read.
     """
     con = duckdb.connect()
     reads = {}
     try:
+        replayed = set().union(*(_relations(con, query) for query in replay.QUERIES))
         for position, name in enumerate(order):
             text = sql.table(name).query
             named = _relations(con, text) | (_relations(con, WHATIF_INPUTS_QUERY) if name == WHATIF_START else set())
+            if named & set(REPLAY_TABLES):
+                named |= replayed
             reads[name] = named & set(PARSE_TABLES + order[:position])
     finally:
         con.close()

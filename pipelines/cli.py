@@ -154,8 +154,13 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("--warehouse", help=warehouse_help)
     report.set_defaults(run=cmd_report)
 
-    what = commands.add_parser("whatif", help="predict scaling if every all-reduce ran at full line rate")
-    what.add_argument("run_id", nargs="?", metavar="RUN_ID", help="replay this run's own gradient buckets")
+    what = commands.add_parser("whatif", help="predict a run's step at other line rates, compressions and rank counts")
+    what.add_argument("run_id", nargs="?", metavar="RUN_ID", help="replay this run's own steps")
+    what.add_argument("--model", choices=("replay", "paper"), default="replay",
+                      help="replay: every collective of every step (default); paper: the gradient buckets through one "
+                           "all-reduce channel, as the paper's model (always, with --timeline)")
+    what.add_argument("--at-line-rate", action="store_true",
+                      help="replay: every transfer at the link's full line rate, not at the share of it the run achieved")
     what.add_argument("--timeline", help="or a CSV with header ready_us,bytes: one gradient per row, in ready order")
     what.add_argument("--ranks", help="rank counts N (default: the run's N, 8N, 64N; 16,32,64 for a timeline)")
     what.add_argument("--bandwidth", help="line rates in Gbit/s (default: 1,10,25,40,100,200,400)")

@@ -63,8 +63,10 @@ ANALYSIS_TABLES = (
     "net_utilization",
     "network_summary",
     "gradient_buckets",
+    "whatif_inputs",
     "whatif",
     "whatif_targets",
+    "whatif_dimensions",
     "nccl_crosscheck",
 )
 TABLES = PARSE_TABLES + ANALYSIS_TABLES

@@ -223,20 +223,21 @@ def replay(
     register_scenario(con, scenario.buckets, scenario.compute_s, scenario.ranks, scenario.description)
     register_inputs(con, grid, reduce_cost)
     sql.set_variables(con, run_id=label, fusion=fusion, run_link_gbps=run_link_gbps)
-    for name in ("_whatif_costs", "whatif", "whatif_targets"):
+    for name in ("_whatif_costs", "_whatif_paper", "_whatif_paper_targets"):
         sql.materialize(con, name)
     cells = con.sql(
         "SELECT ranks, bandwidth_gbps, compression, buckets, backward_ns, compute_ns, exposed_ns, step_ns, "
-        "scaling_factor, no_overlap_scaling_factor, scenario FROM whatif ORDER BY ranks, bandwidth_gbps, compression"
+        "scaling_factor, no_overlap_scaling_factor, scenario FROM _whatif_paper ORDER BY ranks, bandwidth_gbps, compression"
     ).fetchall()
     needs = con.execute(
-        "SELECT ranks, bandwidth_gbps, target, min_compression, min_bandwidth_gbps FROM whatif_targets"
+        "SELECT ranks, bandwidth_gbps, target, min_compression, min_bandwidth_gbps FROM _whatif_paper_targets"
     ).fetchall()
     compression_needed = {(n, b, t): c for n, b, t, c, _ in needs}
     bandwidth_needed = {(n, t): g for n, _, t, _, g in needs}
     rows = []
     for n, b, c, buckets, backward, compute, exposed, step, sf, no_overlap, description in cells:
         rows.append({
+            "model": "paper",
             "ranks": n,
             "bandwidth_gbps": b,
             "compression": c,

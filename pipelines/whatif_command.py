@@ -1,6 +1,7 @@
-"""`wirespeed whatif`: replay a run's (or a timeline's) gradient buckets at full line rate.
+"""`wirespeed whatif`: a run's step at other line rates, by the replay or by the paper's model.
 
     wirespeed whatif RUN_ID [--ranks N,...] [--bandwidth G,...] [--compression C,...]
+    wirespeed whatif RUN_ID --model paper [--fusion horovod|ddp|none] [--baseline RUN_ID]
     wirespeed whatif --timeline grads.csv --compute-ms 128 [--fusion horovod|ddp|none]
 """
 
@@ -14,7 +15,7 @@ from typing import TextIO
 import duckdb
 
 from pipelines import settings as settings_module
-from pipelines import whatif
+from pipelines import replay, whatif
 from pipelines.analysis import open_version
 from pipelines.warehouse import TABLES, Warehouse
 
@@ -67,8 +68,16 @@ def _run(args, store: Warehouse, settings, reduce_cost, targets) -> list[dict]:
     version = store.published(args.run_id)
     if version is None:
         raise LookupError(f"run {args.run_id!r} is not in the warehouse {store.root}")
+    paper_only = [flag for flag, given in (("--fusion", args.fusion not in (None, "observed")), ("--baseline", args.baseline),
+                                           ("--compute-ms", args.compute_ms is not None), ("--reduce-cost", args.reduce_cost)) if given]
+    if args.model == "paper" and args.at_line_rate:
+        paper_only.append("--at-line-rate (the paper's model always is)")
+    if args.model == "replay" and paper_only and not args.at_line_rate:
+        raise ValueError(f"{', '.join(paper_only)} belong to the paper's model: add --model paper")
     con = open_version(version, settings, args.run_id, TABLES)
     try:
+        if args.model == "replay":
+            return _replayed(con, args, targets)
         scenario = whatif.run_scenario(con)
         link = con.execute("SELECT any_value(link_gbps) FROM runs").fetchall()[0][0]
         fusion = args.fusion or "observed"
@@ -86,6 +95,44 @@ def _run(args, store: Warehouse, settings, reduce_cost, targets) -> list[dict]:
         return whatif.replay(con, scenario, grid, reduce_cost, args.run_id, fusion, link)
     finally:
         con.close()
+
+
+def _replayed(con, args, targets) -> list[dict]:
+    """The replay's grid for a run: per cell the predicted step, its exposure per dimension, and
+    what it takes to reach each target per dimension and link."""
+    model = replay.model_of(con)
+    if model is None:
+        raise LookupError(f"run {args.run_id!r} has no collectives to replay")
+    grid = _grid(args, tuple(model.world_size * m for m in whatif.DEFAULT_RANK_MULTIPLES), targets)
+    cells = [replay.Cell(n, b, c, args.at_line_rate) for n in grid.ranks for b in grid.bandwidths_gbps for c in grid.compressions]
+    results, parts = model.cells(cells)
+    reached = model.targets(cells, grid.targets)
+    rows = []
+    for cell, result in zip(cells, results, strict=True):
+        exposed = {p["dimension"]: p["exposed_ns"] / 1e6 for p in parts
+                   if (p["ranks"], p["bandwidth_gbps"], p["compression"]) == (cell.ranks, cell.bandwidth_gbps, cell.compression)}
+        needs = [r for r in reached if (r["ranks"], r["bandwidth_gbps"]) == (cell.ranks, cell.bandwidth_gbps)]
+        overall = {str(r["target"]): r for r in needs if r["dimension"] == "all"}
+        rows.append({
+            "model": "replay",
+            "transfers": cell.transfers,
+            "ranks": cell.ranks,
+            "bandwidth_gbps": cell.bandwidth_gbps,
+            "compression": cell.compression,
+            "exposed_ms": result["exposed_ns"] / 1e6,
+            "step_ms": result["step_ns"] / 1e6,
+            "scaling_factor": result["scaling_factor"],
+            "compute_ms": result["compute_ns"] / 1e6,
+            "collectives": result["collectives"],
+            "scenario": f"replay of {len(model.replay.step_ns)} rank-steps",
+            "exposed_ms_by_dimension": exposed,
+            "min_compression": {t: r["min_compression"] for t, r in overall.items()},
+            "min_bandwidth_gbps": {t: r["min_bandwidth_gbps"] for t, r in overall.items()},
+            "min_intra_gbps": {t: r["min_intra_gbps"] for t, r in overall.items()},
+            "min_compression_by_dimension": {f"{r['dimension']}_sf{r['target']}": r["min_compression"]
+                                             for r in needs if r["dimension"] != "all"},
+        })
+    return rows
 
 
 def _median_step_s(store: Warehouse, settings, run_id: str) -> float:
@@ -112,23 +159,33 @@ def print_rows(rows: list[dict], output_format: str, out: TextIO) -> None:
         writer.writeheader()
         writer.writerows(flat)
         return
-    columns = ["ranks", "bandwidth_gbps", "compression", "exposed_ms", "step_ms", "scaling_factor", "no_overlap_scaling_factor"]
-    columns += [c for c in flat[0] if c.startswith("min_")]
+    columns = ["ranks", "bandwidth_gbps", "compression", "exposed_ms", "step_ms", "scaling_factor"]
+    columns += [c for c in flat[0] if c.startswith(("exposed_", "no_overlap", "min_")) and c not in columns]
     cells = [[_cell(row[c]) for c in columns] for row in flat]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     out.write("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)) + "\n")
     for row in cells:
         out.write("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) + "\n")
-    out.write(f"scenario: {rows[0]['scenario']}; fusion: {rows[0]['fusion']}; {rows[0]['buckets']} buckets, "
-              f"backward {rows[0]['backward_ms']:.3f} ms, t_1 {rows[0]['compute_ms']:.3f} ms\n")
+    first = rows[0]
+    if first.get("model") == "replay":
+        out.write(f"model: replay of every collective, transfers at the {first['transfers']} rate; {first['scenario']}, {first['collectives']} collectives, "
+                  f"t_1 {first['compute_ms']:.3f} ms; exposed_<dimension>_ms: the waits each dimension's collectives "
+                  "ended ('fixed': the exposure no link changes)\n")
+    else:
+        out.write(f"model: paper; scenario: {first['scenario']}; fusion: {first['fusion']}; {first['buckets']} buckets, "
+                  f"backward {first['backward_ms']:.3f} ms, t_1 {first['compute_ms']:.3f} ms\n")
 
 
 def _flatten(row: dict) -> dict:
+    """One column per value: exposed_<dimension>_ms, min_<what>_sf<target>, min_compression_<dimension>_sf<target>."""
     flat = {k: v for k, v in row.items() if not isinstance(v, dict)}
-    for target, value in row["min_compression"].items():
-        flat[f"min_compression_sf{target}"] = value
-    for target, value in row["min_bandwidth_gbps"].items():
-        flat[f"min_bandwidth_gbps_sf{target}"] = value
+    for dimension, value in row.get("exposed_ms_by_dimension", {}).items():
+        flat[f"exposed_{dimension}_ms"] = value
+    for name in ("min_compression", "min_bandwidth_gbps", "min_intra_gbps"):
+        for target, value in row.get(name, {}).items():
+            flat[f"{name}_sf{target}"] = value
+    for key, value in row.get("min_compression_by_dimension", {}).items():
+        flat[f"min_compression_{key}"] = value
     return flat
 
 

@@ -72,11 +72,16 @@ achieved AS (
 waiting AS (
   SELECT run_id, sum(exposed_wait_ns) / nullif(sum(exposed_comm_ns), 0) AS wait_share FROM step_sync GROUP BY run_id
 ),
+models AS (
+  -- The replay where it has rows, else the paper's model.
+  SELECT run_id, max(model) AS model FROM whatif GROUP BY run_id
+),
 full_rate AS (
-  SELECT w.run_id, any_value(w.bandwidth_gbps) AS full_rate_gbps, any_value(w.scaling_factor) AS full_rate_sf,
-    any_value(w.exposed_ns) AS full_rate_exposed_ns
+  SELECT w.run_id, any_value(w.model) AS model, any_value(w.bandwidth_gbps) AS full_rate_gbps,
+    any_value(w.scaling_factor) AS full_rate_sf, any_value(w.exposed_ns) AS full_rate_exposed_ns
   FROM whatif AS w
-  WHERE w.run_link AND w.compression = 1 AND w.fusion = 'observed'
+  JOIN models AS m ON m.run_id = w.run_id AND m.model = w.model
+  WHERE w.run_link AND w.compression = 1 AND w.fusion = 'observed' AND w.transfers = 'line rate'
     AND w.ranks = (SELECT min(ranks) FROM whatif AS o WHERE o.run_id = w.run_id)
   GROUP BY w.run_id
 ),
@@ -100,8 +105,9 @@ dominant AS (
 targets AS (
   SELECT t.run_id, any_value(t.min_compression) AS min_compression_95, any_value(t.min_bandwidth_gbps) AS min_bandwidth_95_gbps
   FROM whatif_targets AS t
-  JOIN full_rate AS f ON f.run_id = t.run_id AND t.bandwidth_gbps = f.full_rate_gbps
-  WHERE t.target = 0.95 AND t.fusion = 'observed'
+  JOIN full_rate AS f ON f.run_id = t.run_id AND t.bandwidth_gbps = f.full_rate_gbps AND t.model = f.model
+    AND t.transfers = 'line rate'
+  WHERE t.target = 0.95 AND t.fusion = 'observed' AND t.dimension IN ('all', 'dp') AND (t.model = 'paper' OR t.dimension = 'all')
     AND t.ranks = (SELECT min(ranks) FROM whatif_targets AS o WHERE o.run_id = t.run_id)
   GROUP BY t.run_id
 ),

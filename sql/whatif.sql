@@ -1,91 +1,63 @@
--- whatif: the run's step time and scaling factor if every all-reduce ran at full line rate.
+-- whatif: the run's step time and scaling factor at other line rates, compressions and rank counts.
 --
--- The paper's model (docs/whatif.md), over a grid of rank counts N, line rates B and compression
--- ratios c. The buckets of `_whatif_scenario` enter one FIFO channel in ready order: bucket j
--- starts when it is ready and the channel is free, e_j = max(r_j, e_{j-1}) + d_j, with d_j from
--- `_whatif_costs`. Unrolled, the channel's last end is e_J = max over j of (r_j + the sum of d_k
--- for k >= j), a suffix sum taken here with a window. Communication still running after backward
--- ends is exposed: E = max(0, e_J - T_bk); the step takes t_1 + E and scales by
--- SF = t_1 / (t_1 + E). The no-overlap bound makes every bucket ready only at T_bk, so E = sum d.
--- Compute, forward and optimizer are assumed unchanged with N (weak scaling); latency, the
--- intra-node stage, contention, stragglers and compression's own cost are left out.
+-- Two models (docs/whatif.md). 'replay' replays every step of the run with every collective's
+-- transfer at the cell's rates (`pipelines/replay.py`, from `whatif_inputs`): the network at
+-- bandwidth_gbps, the intra-host link as measured, every collective's bytes divided by the
+-- compression ratio, and, for N above the run's ranks, the data-parallel groups (dp, fsdp) made
+-- N / ranks times larger; each cell twice, with every transfer at the share of the line rate it
+-- achieved in the run ('achieved': how the run would really go on that link, what the replay is
+-- validated on) and at the full line rate ('line rate': what the link could give, the paper's
+-- assumption). Its figures are means over the run's rank-steps. 'paper' is the paper's
+-- model (`_whatif_paper`): the data-parallel gradient buckets through one all-reduce channel, as
+-- the paper published it; a run without buckets has no paper rows.
 --
--- Grain: one row per run, rank count, line rate and compression ratio.
+-- Grain: one row per run, model, rank count, line rate and compression ratio.
 --
 -- Columns:
 --   run_id VARCHAR  The run.
+--   model VARCHAR  'replay' or 'paper'.
 --   fusion VARCHAR  How the buckets were formed: 'observed' (the trace's own), or a policy.
---   scenario VARCHAR  Which step(s) the bucket timeline comes from.
+--   scenario VARCHAR  Which step(s) the timeline comes from.
 --   ranks INTEGER  N.
---   bandwidth_gbps DOUBLE  Line rate B, Gbit/s.
+--   bandwidth_gbps DOUBLE  Line rate B of the network, Gbit/s.
 --   compression DOUBLE  Compression ratio c (uncompressed / compressed bytes).
+--   transfers VARCHAR  'achieved' (each transfer at the share of line rate it achieved) or 'line
+--       rate' (every transfer at the full line rate; the paper's model always).
 --   run_link BOOLEAN  Whether B is the run's own link rate.
---   buckets BIGINT  Buckets in the scenario.
---   bucket_bytes BIGINT  Their total size.
---   backward_ns BIGINT  Backward length T_bk.
+--   buckets BIGINT  Buckets in the scenario ('paper'); collectives replayed ('replay').
+--   bucket_bytes BIGINT  The buckets' total size ('paper').
+--   backward_ns BIGINT  Backward length T_bk ('paper').
 --   compute_ns BIGINT  Step time without communication t_1.
---   comm_ns BIGINT  Channel time of all buckets: the sum of d_j.
---   exposed_ns BIGINT  E: communication left after backward ends.
+--   comm_ns BIGINT  Communication time per step: the channel time of all buckets ('paper'), the
+--       replayed durations of all collectives ('replay').
+--   exposed_ns BIGINT  E: communication the step waits for.
 --   step_ns BIGINT  Predicted step: t_1 + E.
 --   scaling_factor DOUBLE  t_1 / (t_1 + E).
---   no_overlap_exposed_ns BIGINT  E if no communication overlapped backward: the sum of d_j.
---   no_overlap_scaling_factor DOUBLE  t_1 / (t_1 + that E).
-WITH cells AS (
-  SELECT
-    g.ranks,
-    g.bandwidth_gbps,
-    g.compression,
-    s.bucket,
-    s.bytes,
-    s.ready_ns / 1e9 AS ready_s,
-    s.backward_ns,
-    s.compute_ns,
-    s.description,
-    k.wire_gbit / (g.bandwidth_gbps * g.compression) + k.reduce_s AS d_s
-  FROM _whatif_grid AS g
-  JOIN _whatif_costs AS k ON k.ranks = g.ranks
-  JOIN _whatif_scenario AS s ON s.bucket = k.bucket
-),
-channel AS (
-  SELECT
-    *,
-    ready_s + sum(d_s) OVER (
-      PARTITION BY ranks, bandwidth_gbps, compression ORDER BY bucket DESC ROWS UNBOUNDED PRECEDING
-    ) AS end_if_started_here_s
-  FROM cells
-),
-per_cell AS (
-  SELECT
-    ranks,
-    bandwidth_gbps,
-    compression,
-    count(*) AS buckets,
-    sum(bytes) AS bucket_bytes,
-    any_value(backward_ns) AS backward_ns,
-    any_value(compute_ns) AS compute_ns,
-    any_value(description) AS scenario,
-    sum(d_s) AS comm_s,
-    greatest(0, max(end_if_started_here_s) - any_value(backward_ns) / 1e9) AS exposed_s
-  FROM channel
-  GROUP BY ranks, bandwidth_gbps, compression
-)
+--   no_overlap_exposed_ns BIGINT  E if no communication overlapped backward ('paper').
+--   no_overlap_scaling_factor DOUBLE  t_1 / (t_1 + that E) ('paper').
 SELECT
   getvariable('run_id') AS run_id,
-  getvariable('fusion') AS fusion,
-  scenario,
-  ranks,
-  bandwidth_gbps,
-  compression,
-  bandwidth_gbps = getvariable('run_link_gbps') AS run_link,
-  buckets,
-  bucket_bytes,
-  backward_ns,
-  compute_ns,
-  CAST(round(comm_s * 1e9) AS BIGINT) AS comm_ns,
-  CAST(round(exposed_s * 1e9) AS BIGINT) AS exposed_ns,
-  compute_ns + CAST(round(exposed_s * 1e9) AS BIGINT) AS step_ns,
-  compute_ns / (compute_ns + exposed_s * 1e9) AS scaling_factor,
-  CAST(round(comm_s * 1e9) AS BIGINT) AS no_overlap_exposed_ns,
-  compute_ns / (compute_ns + comm_s * 1e9) AS no_overlap_scaling_factor
-FROM per_cell
-ORDER BY ranks, bandwidth_gbps, compression
+  'replay' AS model,
+  'observed' AS fusion,
+  r.scenario,
+  r.ranks,
+  r.bandwidth_gbps,
+  r.compression,
+  r.transfers,
+  r.bandwidth_gbps = getvariable('run_link_gbps') AS run_link,
+  r.collectives AS buckets,
+  NULL AS bucket_bytes,
+  NULL AS backward_ns,
+  r.compute_ns,
+  r.comm_ns,
+  r.exposed_ns,
+  r.step_ns,
+  r.scaling_factor,
+  NULL AS no_overlap_exposed_ns,
+  NULL AS no_overlap_scaling_factor
+FROM _whatif_replay AS r
+UNION ALL
+SELECT run_id, 'paper' AS model, fusion, scenario, ranks, bandwidth_gbps, compression, 'line rate' AS transfers, run_link, buckets, bucket_bytes,
+  backward_ns, compute_ns, comm_ns, exposed_ns, step_ns, scaling_factor, no_overlap_exposed_ns, no_overlap_scaling_factor
+FROM _whatif_paper
+ORDER BY model DESC, transfers, ranks, bandwidth_gbps, compression

@@ -194,7 +194,7 @@ def test_real_trace_buckets_and_grid(shared_warehouse):
         assert buckets == [(4, 5, 102_228_128, True), (5, 5, 102_228_128, True), (6, 5, 102_228_128, True)]
         grid = con.execute(
             "SELECT ranks, bandwidth_gbps, compression, scaling_factor, no_overlap_scaling_factor FROM whatif "
-            "WHERE run_id = 'nccl_data' ORDER BY ranks, compression, bandwidth_gbps"
+            "WHERE run_id = 'nccl_data' AND model = 'paper' ORDER BY ranks, compression, bandwidth_gbps"
         ).fetchall()
     finally:
         con.close()
@@ -206,11 +206,11 @@ def test_real_trace_buckets_and_grid(shared_warehouse):
 
 
 def test_run_cli_replays_observed_buckets(shared_warehouse):
-    out = wirespeed("whatif", "nccl_data", "--warehouse", str(shared_warehouse.root), "--ranks", "2",
+    out = wirespeed("whatif", "nccl_data", "--warehouse", str(shared_warehouse.root), "--model", "paper", "--ranks", "2",
                     "--bandwidth", "100", "--compression", "1", "--format", "json")
     (row,) = json.loads(out.stdout)
     assert row["fusion"] == "observed" and row["buckets"] == 5 and 0.99 < row["scaling_factor"] < 1
-    fused = json.loads(wirespeed("whatif", "nccl_data", "--warehouse", str(shared_warehouse.root), "--ranks", "2",
+    fused = json.loads(wirespeed("whatif", "nccl_data", "--warehouse", str(shared_warehouse.root), "--model", "paper", "--ranks", "2",
                                  "--bandwidth", "100", "--compression", "1", "--fusion", "horovod", "--cycle-ms", "1000",
                                  "--fusion-mib", "1024", "--format", "json").stdout)
     # A 1000 ms cycle and a 1 GiB buffer never close within backward: one bucket, at its end.

@@ -1,5 +1,6 @@
 -- What it takes to reach each target scaling factor, per rank count: the least uncompressed line
--- rate, and the least compression at each line rate of the grid. From whatif_targets.
+-- rate, and the least compression at each line rate of the grid, for all traffic, by the replay
+-- where it has rows, else the paper's model. From whatif_targets.
 SELECT
   ranks,
   target,
@@ -8,5 +9,8 @@ SELECT
     ORDER BY bandwidth_gbps) AS min_compression_by_line_rate
 FROM whatif_targets
 WHERE run_id = getvariable('run_id') AND fusion = 'observed'
+  AND transfers = (SELECT min(transfers) FROM whatif_targets WHERE run_id = getvariable('run_id')) AND dimension IN ('all', 'dp')
+  AND model = (SELECT max(model) FROM whatif_targets WHERE run_id = getvariable('run_id'))
+  AND (model = 'paper' OR dimension = 'all')
 GROUP BY ranks, target
 ORDER BY ranks, target

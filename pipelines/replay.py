@@ -1,0 +1,341 @@
+"""The replay what-if: each step of a run, replayed with every collective at another line rate.
+
+The paper's model (pipelines/whatif.py) sees only data-parallel gradient buckets. The replay takes
+every collective of every step from `whatif_inputs` and keeps the rest of each rank's timeline as
+measured: what a rank did between waits takes as long as it did. Only three things move:
+
+* a collective begins when its last rank arrives and its link is free (collectives on one rank's
+  link run one after another, in the order they began): B' = max(arrivals', link free');
+* it takes its transfer at the new rate plus what the link would not shorten:
+  d' = wire_ns * scale + rest_ns, where scale is the old rate over the new one, over the
+  compression ratio of its dimension, times the traffic factor's change when there are more ranks;
+* a rank that waited for it waits until it ends: its shift (replayed time minus measured time)
+  becomes max(shift - waited, end shift - slack) at the end of the wait.
+
+Steps start aligned (every rank's shift is 0 at its step's start) and a step's replayed length on
+a rank is its measured length plus the rank's shift at its end. The recurrence is sequential in
+time, so it runs here, over all scenarios at once (numpy vectors), rather than in SQL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+
+# Dimensions that grow with the run: more ranks are more data-parallel replicas.
+SCALED_DIMENSIONS = ("dp", "fsdp")
+SEARCH_STEPS = 24  # bisection steps in log space: a range of 1e10 resolved to 1e-6 of a value
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A link and traffic to replay: the network's and the intra-host rate (None: as measured),
+    a compression ratio per dimension (1 where absent), and a multiple of the data-parallel ranks."""
+
+    network_gbps: float | None = None
+    intra_gbps: float | None = None
+    compression: tuple[tuple[str, float], ...] = ()
+    rank_multiple: int = 1
+    line_rate: bool = False  # transfers at the link's full line rate, not at the rate they achieved
+
+
+def traffic_factor(op: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The bus-bandwidth factor (sql/macros.sql busbw_factor) for larger group sizes."""
+    n = n.astype(float)
+    return np.select(
+        [op == "allreduce", np.isin(op, ("allgather", "reducescatter", "alltoall"))],
+        [2 * (n - 1) / n, (n - 1) / n],
+        1.0,
+    )
+
+
+class Replay:
+    """The collectives and waits of a run (`whatif_inputs` rows) and its rank-steps (step_breakdown)."""
+
+    def __init__(self, inputs: pa.Table, steps: pa.Table):
+        rows = {name: inputs.column(name).to_numpy(zero_copy_only=False) for name in inputs.column_names}
+        self.rows = rows
+        self.count = len(rows["rank"])
+        self.dimension = rows["dimension"].astype(str)
+        self.transfer = rows["transfer_ns"].astype(float)
+        wire = rows["wire_ns"].astype(float)
+        self.wire = np.where(wire > 0, wire, self.transfer)
+        self.rest = rows["rest_ns"].astype(float)
+        self.link_gbps = np.nan_to_num(rows["link_gbps"].astype(float), nan=0.0)
+        self.intra = rows["scope"].astype(str) == "intra"
+        self.op = rows["op"].astype(str)
+        self.group_size = np.nan_to_num(rows["group_size"].astype(float), nan=1.0).astype(int)
+        self.step_rank = [(int(r), int(s)) for r, s in zip(steps.column("rank").to_pylist(), steps.column("step").to_pylist())]
+        self.step_ns = np.array(steps.column("step_ns").to_pylist(), dtype=float)
+        self.compute_ns = np.array(steps.column("compute_ns").to_pylist(), dtype=float)
+        self.exposed_ns = self.step_ns - self.compute_ns
+        self._events = self._schedule()
+
+    def _schedule(self) -> list[tuple]:
+        """Per step, its events in time order: arrivals, begins, then the ends of waits."""
+        r = self.rows
+        keys, collective = np.unique(r["collective_key"].astype(str), return_inverse=True)
+        self.collective = collective
+        self.collectives = len(keys)
+        index = {key: i for i, key in enumerate(self.step_rank)}
+        self.row_step = np.array([index.get((int(a), int(b)), -1) for a, b in zip(r["rank"], r["step"])])
+        waited = r["waited_ns"].astype(float)
+        slack = r["slack_ns"]
+        events = []
+        for step in np.unique(r["step"]):
+            chosen = np.flatnonzero(r["step"] == step)
+            base = min(r["start_ns"][chosen].min(), r["begin_ns"][chosen].min())
+            timed = []
+            seen = set()
+            for i in chosen:
+                c = collective[i]
+                channel = (int(r["rank"][i]), bool(self.intra[i]))
+                timed.append((int(r["start_ns"][i] - base), 0, "arrive", i, c, channel))
+                if c not in seen:
+                    seen.add(c)
+                    timed.append((int(r["begin_ns"][i] - base), 1, "begin", i, c, None))
+                if r["tied"][i] and (waited[i] > 0 or slack[i] is not None):
+                    late = 0.0 if slack[i] is None or np.isnan(slack[i]) else float(slack[i])
+                    timed.append((int(r["end_ns"][i] - base + late), 2, "wait", i, c, (waited[i], late)))
+            timed.sort(key=lambda e: (e[0], e[1], e[3]))
+            ends = {c: float(r["collective_end_ns"][i] - base) for i, c in zip(chosen, collective[chosen])}
+            begins = {c: float(r["begin_ns"][i] - base) for i, c in zip(chosen, collective[chosen])}
+            members = {}
+            for i in chosen:
+                members.setdefault(collective[i], []).append((int(r["rank"][i]), bool(self.intra[i])))
+            events.append((timed, ends, begins, members))
+        return events
+
+    def scale(self, scenarios: list[Scenario]) -> np.ndarray:
+        """rows x scenarios: each collective's wire time at each scenario over its wire time measured."""
+        out = np.ones((self.count, len(scenarios)))
+        for k, s in enumerate(scenarios):
+            rate = np.where(self.intra, s.intra_gbps or 0.0, s.network_gbps or 0.0)
+            ratio = np.where((rate > 0) & (self.link_gbps > 0), self.link_gbps / np.where(rate > 0, rate, 1.0), 1.0)
+            ratio = np.where(rate > 0, ratio, 1.0)
+            compress = dict(s.compression)
+            ratio = ratio / np.array([compress.get(d, compress.get("all", 1.0)) for d in self.dimension])
+            if s.rank_multiple != 1:
+                grows = np.isin(self.dimension, SCALED_DIMENSIONS)
+                before = traffic_factor(self.op, self.group_size)
+                after = traffic_factor(self.op, self.group_size * s.rank_multiple)
+                ratio = ratio * np.where(grows & (before > 0), after / np.where(before > 0, before, 1.0), 1.0)
+            out[:, k] = ratio
+        return out
+
+    def transfer_times(self, scenarios: list[Scenario]) -> np.ndarray:
+        """rows x scenarios: each collective's transfer at the run's rate, as achieved or at line rate."""
+        at_line_rate = np.array([s.line_rate for s in scenarios])
+        return np.where(at_line_rate[None, :], self.wire[:, None], self.transfer[:, None])
+
+    def run(self, scenarios: list[Scenario]) -> tuple[np.ndarray, np.ndarray]:
+        """Each rank-step's replayed length (rank-steps x scenarios), and each row's replayed
+        exposed wait (rows x scenarios)."""
+        width = len(scenarios)
+        duration = self.transfer_times(scenarios) * self.scale(scenarios) + self.rest[:, None]
+        step_ns = np.repeat(self.step_ns[:, None], width, axis=1)
+        exposure = np.zeros((self.count, width))
+        for timed, ends, begins, members in self._events:
+            shift: dict[int, np.ndarray] = {}
+            arrived: dict[int, np.ndarray] = {}
+            free: dict[tuple, np.ndarray] = {}
+            end_shift: dict[int, np.ndarray] = {}
+            zero = np.zeros(width)
+            for t, _, kind, i, c, extra in timed:
+                rank = int(self.rows["rank"][i])
+                if kind == "arrive":
+                    arrival = t + shift.get(rank, zero)
+                    arrived[c] = np.maximum(arrived[c], arrival) if c in arrived else arrival
+                elif kind == "begin":
+                    start = arrived.get(c, np.full(width, begins[c]))
+                    for channel in members[c]:
+                        if channel in free:
+                            start = np.maximum(start, free[channel])
+                    finish = start + duration[i]
+                    for channel in members[c]:
+                        free[channel] = finish
+                    end_shift[c] = finish - ends[c]
+                else:
+                    waited, slack = extra
+                    before = shift.get(rank, zero)
+                    after = np.maximum(before - waited, end_shift[c] - slack)
+                    shift[rank] = after
+                    exposure[i] = waited + after - before
+            self._finish(step_ns, timed, shift)
+        return step_ns, exposure
+
+    def _finish(self, step_ns: np.ndarray, timed: list[tuple], shift: dict[int, np.ndarray]) -> None:
+        for _, _, _, i, _, _ in timed:
+            position = self.row_step[i]
+            rank = int(self.rows["rank"][i])
+            if position >= 0 and rank in shift:
+                step_ns[position] = self.step_ns[position] + shift[rank]
+
+
+INPUTS_QUERY = "SELECT * FROM whatif_inputs ORDER BY rank, step, begin_ns"
+STEPS_QUERY = "SELECT rank, step, step_ns, step_ns - exposed_comm_ns AS compute_ns FROM step_breakdown ORDER BY rank, step"
+# Compression and line rates searched over, and a stand-in for "infinitely fast".
+COMPRESSION_RANGE = (1.0, 1e6)
+BANDWIDTH_RANGE_GBPS = (1e-3, 1e7)
+UNBOUNDED = 1e15
+
+
+@dataclass(frozen=True)
+class Cell:
+    ranks: int
+    bandwidth_gbps: float
+    compression: float
+    line_rate: bool = False
+
+    @property
+    def transfers(self) -> str:
+        return "line rate" if self.line_rate else "achieved"
+
+
+class Model:
+    """The replay of one run, as the what-if tables and the CLI ask it: cells, searches, dimensions."""
+
+    def __init__(self, replay: Replay, world_size: int, network_gbps: float | None, intra_gbps: float | None):
+        self.replay = replay
+        self.world_size = world_size
+        self.network_gbps = network_gbps
+        self.intra_gbps = intra_gbps
+        self.dimensions = sorted(set(replay.dimension))
+
+    def scenario(self, cell: Cell, dimension: str = "all", intra_gbps: float | None = None) -> Scenario:
+        return Scenario(cell.bandwidth_gbps, intra_gbps, ((dimension, cell.compression),), cell.ranks // self.world_size,
+                        cell.line_rate)
+
+    def scaling(self, scenarios: list[Scenario]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean replayed step and scaling factor t_1 / step per scenario."""
+        step_ns, _ = self.replay.run(scenarios)
+        mean_step = step_ns.mean(axis=0)
+        return mean_step, self.replay.compute_ns.mean() / mean_step
+
+    def cells(self, cells: list[Cell]) -> tuple[list[dict], list[dict]]:
+        """Per cell its predicted step; per cell and dimension the exposed communication."""
+        scenarios = [self.scenario(cell) for cell in cells]
+        step_ns, exposure = self.replay.run(scenarios)
+        replay = self.replay
+        fixed = replay.exposed_ns.sum() - replay.rows["waited_ns"].astype(float).sum()
+        steps = len(replay.step_ns)
+        rows, parts = [], []
+        compute = replay.compute_ns.mean()
+        for k, cell in enumerate(cells):
+            mean_step = step_ns[:, k].mean()
+            rows.append({"ranks": cell.ranks, "bandwidth_gbps": cell.bandwidth_gbps, "compression": cell.compression,
+                         "collectives": replay.collectives, "compute_ns": round(compute), "step_ns": round(mean_step),
+                         "exposed_ns": round(mean_step - compute), "scaling_factor": float(compute / mean_step),
+                         "transfers": cell.transfers,
+                         "comm_ns": round((replay.transfer_times([scenarios[k]])[:, 0] * replay.scale([scenarios[k]])[:, 0]
+                                           + replay.rest).sum() / steps)})
+            where = {"ranks": cell.ranks, "bandwidth_gbps": cell.bandwidth_gbps, "compression": cell.compression,
+                     "transfers": cell.transfers}
+            for dimension in self.dimensions:
+                chosen = replay.dimension == dimension
+                parts.append({**where, "dimension": str(dimension), "scope": _scope(replay, chosen),
+                              "exposed_ns": round(exposure[chosen, k].sum() / steps)})
+            parts.append({**where, "dimension": "fixed", "scope": None, "exposed_ns": round(fixed / steps)})
+        return rows, parts
+
+    def least(self, problems: list[tuple[Callable[[float], Scenario], float]], low: float, high: float) -> list[float | None]:
+        """For each (make, target), the least x in [low, high] whose scenario make(x) reaches the
+        target scaling factor, the step being non-increasing in x: `low` when it already does, None
+        when no x does. All problems are bisected together, in log space."""
+        goal = np.array([target for _, target in problems])
+        makes = [make for make, _ in problems]
+        _, bounds = self.scaling([make(UNBOUNDED) for make in makes] + [make(low) for make in makes])
+        reachable, already = bounds[: len(goal)] >= goal, bounds[len(goal):] >= goal
+        lo, hi = np.full(len(goal), np.log(low)), np.full(len(goal), np.log(high))
+        for _ in range(SEARCH_STEPS):
+            middle = (lo + hi) / 2
+            _, sf = self.scaling([make(float(np.exp(m))) for make, m in zip(makes, middle)])
+            hi, lo = np.where(sf >= goal, middle, hi), np.where(sf >= goal, lo, middle)
+        return [low if a else (float(np.exp(h)) if r else None) for a, r, h in zip(already, reachable, hi)]
+
+    def targets(self, cells: list[Cell], targets: tuple[float, ...]) -> list[dict]:
+        """Per cell (its compression ignored), target and dimension ('all': every collective), the
+        least compression of that traffic; per cell and target, the least network rate (intra-host
+        as measured) and the least intra-host rate (network at the cell's rate)."""
+        places = sorted({(c.ranks, c.bandwidth_gbps, c.line_rate) for c in cells})
+        dimensions = ["all", *self.dimensions]
+        compress = [(lambda x, r=r, b=b, f=f, d=d: self.scenario(Cell(r, b, x, f), d), t)
+                    for r, b, f in places for t in targets for d in dimensions]
+        network = [(lambda x, r=r, f=f: self.scenario(Cell(r, x, 1.0, f)), t) for r, b, f in places for t in targets]
+        intra = [(lambda x, r=r, b=b, f=f: self.scenario(Cell(r, b, 1.0, f), intra_gbps=x), t)
+                 for r, b, f in places for t in targets]
+        least_compression = iter(self.least(compress, *COMPRESSION_RANGE))
+        least_network = iter(self.least(network, *BANDWIDTH_RANGE_GBPS))
+        has_intra = bool(self.intra_gbps) and bool(self.replay.intra.any())
+        least_intra = iter(self.least(intra, *BANDWIDTH_RANGE_GBPS) if has_intra else [None] * len(intra))
+        rows = []
+        for r, b, f in places:
+            for t in targets:
+                network_gbps, intra_gbps = next(least_network), next(least_intra)
+                for d in dimensions:
+                    compression = next(least_compression)
+                    rows.append({"ranks": r, "bandwidth_gbps": b, "transfers": Cell(r, b, 1.0, f).transfers,
+                                 "target": t, "dimension": str(d),
+                                 "reachable": compression is not None, "min_compression": compression,
+                                 "min_bandwidth_gbps": network_gbps if d == "all" else None,
+                                 "min_intra_gbps": intra_gbps if d == "all" else None})
+        return rows
+
+
+def _scope(replay: Replay, chosen: np.ndarray) -> str | None:
+    scopes = replay.rows["scope"][chosen]
+    if not len(scopes):
+        return None
+    values, counts = np.unique(scopes.astype(str), return_counts=True)
+    return str(values[counts.argmax()])
+
+
+RUN_QUERY = "SELECT any_value(world_size), any_value(link_gbps), any_value(intra_link_gbps) FROM runs"
+QUERIES = (INPUTS_QUERY, STEPS_QUERY, RUN_QUERY)
+CELL_COLUMNS = {"scenario": pa.string(), "ranks": pa.int32(), "bandwidth_gbps": pa.float64(), "compression": pa.float64(),
+                "transfers": pa.string(),
+                "collectives": pa.int64(), "compute_ns": pa.int64(), "comm_ns": pa.int64(), "exposed_ns": pa.int64(),
+                "step_ns": pa.int64(), "scaling_factor": pa.float64()}
+DIMENSION_COLUMNS = {"ranks": pa.int32(), "bandwidth_gbps": pa.float64(), "compression": pa.float64(), "transfers": pa.string(),
+                     "dimension": pa.string(), "scope": pa.string(), "exposed_ns": pa.int64()}
+TARGET_COLUMNS = {"ranks": pa.int32(), "bandwidth_gbps": pa.float64(), "transfers": pa.string(), "target": pa.float64(),
+                  "dimension": pa.string(),
+                  "reachable": pa.bool_(), "min_compression": pa.float64(), "min_bandwidth_gbps": pa.float64(),
+                  "min_intra_gbps": pa.float64()}
+
+
+def model_of(con) -> Model | None:
+    """The replay of the run in session `con` (its whatif_inputs and step_breakdown); None when it
+    has no collectives to replay."""
+    inputs = con.sql(INPUTS_QUERY).to_arrow_table()
+    if not inputs.num_rows:
+        return None
+    world_size, network_gbps, intra_gbps = con.execute(RUN_QUERY).fetchall()[0]
+    replay = Replay(inputs, con.sql(STEPS_QUERY).to_arrow_table())
+    return Model(replay, world_size or int(np.unique(inputs.column("rank").to_numpy()).size), network_gbps, intra_gbps)
+
+
+def register(con, rank_multiples: tuple[int, ...], bandwidths_gbps: tuple[float, ...], compressions: tuple[float, ...],
+             targets: tuple[float, ...]) -> Model | None:
+    """Replay the run over the grid and register `_whatif_replay`, `_whatif_replay_dimensions` and
+    `_whatif_replay_targets`, which whatif, whatif_dimensions and whatif_targets publish."""
+    model = model_of(con)
+    cells, parts, reached = [], [], []
+    if model is not None:
+        grid = [Cell(model.world_size * m, b, c, f) for f in (False, True) for m in rank_multiples
+                for b in bandwidths_gbps for c in compressions]
+        cells, parts = model.cells(grid)
+        reached = model.targets(grid, targets)
+        for cell in cells:
+            cell["scenario"] = f"replay of {len(model.replay.step_ns)} rank-steps"
+    con.register("_whatif_replay", _table(cells, CELL_COLUMNS))
+    con.register("_whatif_replay_dimensions", _table(parts, DIMENSION_COLUMNS))
+    con.register("_whatif_replay_targets", _table(reached, TARGET_COLUMNS))
+    return model
+
+
+def _table(rows: list[dict], columns: dict[str, pa.DataType]) -> pa.Table:
+    return pa.table({name: pa.array([row[name] for row in rows], type=kind) for name, kind in columns.items()})

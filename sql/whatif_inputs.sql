@@ -1,0 +1,150 @@
+-- whatif_inputs: every figure the replay what-if uses, one row per collective instance of each rank.
+--
+-- The replay (docs/whatif.md, `pipelines/replay.py`) keeps each rank's timeline as measured and
+-- moves only what a different link would move: each collective's duration, and the waits that
+-- ended when it completed. A collective (matched across ranks, `collective_sync`) begins when its
+-- last rank arrives (`begin_ns`) and ends at `collective_end_ns`; the time between is its transfer
+-- at the line rate of its link, `wire_ns` = 8 S f / link_gbps (f the bus-bandwidth factor of its
+-- op and group size, the share of S each rank sends), plus `rest_ns`, what a faster link would
+-- not shorten: latency, protocol and copy overheads. The two are told apart per link and rank:
+-- collectives whose begin-to-end spans overlap on one rank and link form a busy period of length
+-- L, which at line rate takes the sum of their wire times, and the rest, max(0, L - sum of wire),
+-- is shared equally among them (each collective keeps the least share it has on any of its
+-- ranks). How long a rank waited for a late rank is not in the rest: the replay finds it again
+-- from when the ranks arrive. A collective of unknown size, or on a link of unknown rate, is all
+-- rest (the replay cannot scale it).
+--
+-- What waited for a collective: a rank's instance is tied to the collective when it ended with it
+-- (after the first half of the begin-to-end span; a buffered send that returns at once is not).
+-- Where a tied instance ends inside an exposed stretch of `step_timeline`, the rank was waiting
+-- for it: `waited_ns` is the part of the stretch since the last earlier collective end in it (or
+-- the stretch's start). Where it ends while the rank was busy, the rank needed it later, at the
+-- latest at its next exposed stretch or the end of its step: `slack_ns` is how long after.
+--
+-- Grain: one row per run, rank and collective instance that ended in a step.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   rank INTEGER  Global rank.
+--   step BIGINT  The collective's step (the most common across its ranks).
+--   collective_key VARCHAR  The matched collective (see collective_sync).
+--   op VARCHAR  The operation.
+--   pg VARCHAR  Process group.
+--   dimension VARCHAR  The parallel dimension of the group (see step_comm_groups).
+--   scope VARCHAR  'intra', 'inter' or 'unknown': the link the collective uses.
+--   group_size INTEGER  Ranks in the group.
+--   bytes BIGINT  Message size S; NULL when unknown.
+--   traffic_factor DOUBLE  The bus-bandwidth factor f: what each rank sends, as a multiple of S.
+--   link_gbps DOUBLE  Line rate of the collective's link in the run, Gbit/s; NULL when unknown.
+--   start_ns BIGINT  When this rank arrived (its instance's start), ns since the Unix epoch.
+--   end_ns BIGINT  When its instance ended.
+--   begin_ns BIGINT  When the collective's last rank arrived.
+--   collective_end_ns BIGINT  When the collective ended on its last rank.
+--   wire_ns BIGINT  8 S f / link_gbps: its transfer at the run's line rate; 0 when not known.
+--   transfer_ns BIGINT  The part of its time a faster link shortens in proportion.
+--   rest_ns BIGINT  The part no link shortens: the latency of its op on its link.
+--   tied BOOLEAN  Whether this rank's instance ended with the collective.
+--   waited_ns BIGINT  How long this rank waited, exposed, for the collective to end.
+--   slack_ns BIGINT  For a tied instance that ended while the rank was busy: how long after its
+--       end the rank next waited for communication or ended its step; NULL otherwise.
+--   step_ns BIGINT  This rank's step (step_breakdown.step_ns).
+--   compute_ns BIGINT  Its step without exposed communication, t_1: step_ns - exposed_comm_ns.
+WITH links AS (
+  SELECT any_value(link_gbps) AS network_gbps, any_value(intra_link_gbps) AS intra_gbps FROM runs
+),
+dimensions AS (
+  SELECT DISTINCT pg, dimension FROM step_comm_groups WHERE pg IS NOT NULL
+),
+instances AS (
+  SELECT
+    c.rank, s.step, c.collective_key, c.op, c.pg,
+    coalesce(d.dimension, 'other') AS dimension,
+    c.scope, c.group_size, c.bytes,
+    busbw_factor(c.op, c.group_size) AS traffic_factor,
+    CASE WHEN c.scope = 'intra' THEN l.intra_gbps ELSE l.network_gbps END AS link_gbps,
+    CASE WHEN c.scope = 'intra' THEN 'intra' ELSE 'network' END AS link,
+    c.start_ns, c.end_ns, s.last_start_ns AS begin_ns, s.end_ns AS collective_end_ns
+  FROM collectives AS c
+  JOIN collective_sync AS s USING (collective_key)
+  LEFT JOIN dimensions AS d ON d.pg = c.pg
+  CROSS JOIN links AS l
+  WHERE c.end_ns > c.start_ns AND s.step IS NOT NULL
+),
+wired AS (
+  SELECT
+    *,
+    coalesce(CAST(round(8 * bytes * traffic_factor / nullif(link_gbps, 0)) AS BIGINT), 0) AS wire_ns,
+    2 * (end_ns - begin_ns) >= collective_end_ns - begin_ns AS tied
+  FROM instances
+),
+busy_starts AS (
+  SELECT
+    *,
+    CASE WHEN begin_ns < max(collective_end_ns) OVER (
+      PARTITION BY rank, link ORDER BY begin_ns, collective_key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) THEN 0 ELSE 1 END AS opens
+  FROM wired
+),
+busy AS (
+  SELECT *, sum(opens) OVER (PARTITION BY rank, link ORDER BY begin_ns, collective_key ROWS UNBOUNDED PRECEDING) AS period
+  FROM busy_starts
+),
+shared AS (
+  SELECT *, (max(collective_end_ns) OVER p - min(begin_ns) OVER p) / count(*) OVER p AS period_share
+  FROM busy
+  WINDOW p AS (PARTITION BY rank, link, period)
+),
+collective_shares AS (
+  SELECT collective_key, any_value(op) AS op, any_value(link) AS link, any_value(wire_ns) AS wire_ns,
+    min(period_share) AS share_ns
+  FROM shared
+  GROUP BY collective_key
+),
+latencies AS (
+  SELECT op, link,
+    least(greatest(coalesce(regr_intercept(share_ns, wire_ns), 0), 0), min(share_ns)) AS latency_ns
+  FROM collective_shares
+  WHERE wire_ns > 0
+  GROUP BY op, link
+),
+rested AS (
+  SELECT s.*, CASE WHEN s.wire_ns > 0 THEN least(coalesce(l.latency_ns, 0), c.share_ns) ELSE c.share_ns END AS rest_share,
+    c.share_ns
+  FROM shared AS s
+  JOIN collective_shares AS c USING (collective_key)
+  LEFT JOIN latencies AS l ON l.op = s.op AND l.link = s.link
+),
+exposed AS (
+  SELECT rank, start_ns AS stretch_start_ns, end_ns AS stretch_end_ns
+  FROM step_timeline
+  WHERE state = 'exposed_comm'
+),
+placed AS (
+  SELECT r.*, x.stretch_start_ns, x.stretch_end_ns, n.stretch_start_ns AS next_stretch_ns,
+    r.tied AND x.stretch_start_ns IS NOT NULL AND r.end_ns <= x.stretch_end_ns AS inside
+  FROM rested AS r
+  ASOF LEFT JOIN exposed AS x ON x.rank = r.rank AND r.end_ns > x.stretch_start_ns
+  ASOF LEFT JOIN exposed AS n ON n.rank = r.rank AND n.stretch_start_ns >= r.end_ns
+),
+waits AS (
+  SELECT
+    *,
+    CASE WHEN inside THEN end_ns - greatest(stretch_start_ns, coalesce(lag(end_ns) OVER (
+      PARTITION BY rank, stretch_start_ns, inside ORDER BY end_ns, collective_key), stretch_start_ns)) ELSE 0 END AS waited_ns
+  FROM placed
+)
+SELECT
+  getvariable('run_id') AS run_id,
+  w.rank, w.step, w.collective_key, w.op, w.pg, w.dimension, w.scope, w.group_size, w.bytes, w.traffic_factor,
+  w.link_gbps, w.start_ns, w.end_ns, w.begin_ns, w.collective_end_ns, w.wire_ns,
+  CAST(round(w.share_ns - w.rest_share) AS BIGINT) AS transfer_ns,
+  CAST(round(w.rest_share) AS BIGINT) AS rest_ns,
+  w.tied,
+  w.waited_ns,
+  CASE WHEN w.tied AND NOT w.inside THEN
+    greatest(0, least(coalesce(w.next_stretch_ns, b.window_end_ns), b.window_end_ns) - w.end_ns) END AS slack_ns,
+  b.step_ns,
+  b.step_ns - b.exposed_comm_ns AS compute_ns
+FROM waits AS w
+JOIN step_breakdown AS b ON b.rank = w.rank AND b.step = w.step
+ORDER BY w.rank, w.step, w.begin_ns
