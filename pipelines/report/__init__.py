@@ -148,20 +148,24 @@ def _whatif(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     """The what-if grid as a heatmap, what it takes to reach the targets, and scaling across the job."""
     grid = con.sql(sql.report_query("whatif_grid")).pl()
     if not grid.height:
-        return paragraph(
-            "No what-if: the traces show no gradient all-reduce issued during backward "
-            "(no `autograd::engine::evaluate_function` operators, or no allreduce/reducescatter after them)."
-        )
+        return paragraph("No what-if: the traces show no collective to replay.")
     parts = [page.chart(charts.whatif_heatmap(grid, 0.95))]
     parts.append(table(_rows(con, "whatif_needs"), {"target": ".2f", "min_bandwidth_gbps": ".1f"}))
     scaling = con.sql(sql.report_query("job_scaling")).pl()
     if scaling.height:
         parts.append(page.chart(charts.job_scaling_chart(scaling)))
-    parts.append(paragraph(
-        "The model replays the run's gradient buckets, in the order and at the times they became ready during "
-        "backward, through one all-reduce channel at full line rate (docs/whatif.md). It leaves out latency, the "
-        "intra-node stage, contention, stragglers and the cost of compressing."
-    ))
+    if grid["model"][0] == "replay":
+        parts.append(paragraph(
+            "The replay re-runs every step with each collective's transfer at the line rate of the cell, at the share "
+            "of line rate it achieved in the run, its latency kept, and every wait for it moved with its end "
+            "(docs/whatif.md). It leaves out compute that a link slows or speeds and the cost of compressing."
+        ))
+    else:
+        parts.append(paragraph(
+            "The paper's model replays the run's gradient buckets, in the order and at the times they became ready "
+            "during backward, through one all-reduce channel at full line rate (docs/whatif.md). It leaves out "
+            "latency, the intra-node stage, contention, stragglers and the cost of compressing."
+        ))
     return "".join(parts)
 
 
