@@ -35,11 +35,14 @@ SUBNET_PREFIX = "198.18.0."
 SUBNET_BITS = 24
 INTERFACE = "eth0"
 BRIDGE = "br0"
-# A token bucket holding 2 ms at line rate (never less than a GSO super-packet) keeps the rate
-# within a few percent over 100 ms windows from 100 Mbit/s to 10 Gbit/s; 50 ms of queue lets TCP
-# fill the pipe without losses at the lowest rate.
+# A token bucket holding 2 ms at line rate keeps the rate within a few percent over 100 ms windows
+# from 100 Mbit/s to 10 Gbit/s; 50 ms of queue lets TCP fill the pipe without losses at the lowest
+# rate. It never holds less than four GSO super-packets: a bucket of one (64 KB) makes the kernel
+# burn CPU on every send while it refills (a 16 MB gloo all-reduce at 200 Mbit/s cost its process
+# 192 ms of system time with 64 KB, 16 ms with 250 KB, 8 ms at 1 Gbit/s), and on a small machine
+# that slows the job's compute whenever the link is slow.
 TBF_BURST_S = 0.002
-TBF_MIN_BURST_BYTES = 64 * 1024
+TBF_MIN_BURST_BYTES = 256 * 1024
 TBF_LATENCY_MS = 50
 REPO = Path(__file__).resolve().parent.parent
 

@@ -4,16 +4,24 @@ The paper's model (pipelines/whatif.py) sees only data-parallel gradient buckets
 every collective of every step from `whatif_inputs` and keeps the rest of each rank's timeline as
 measured: what a rank did between waits takes as long as it did. Only three things move:
 
-* a collective begins when its last rank arrives and its link is free (collectives on one rank's
-  link run one after another, in the order they began): B' = max(arrivals', link free');
+* a collective begins when its last rank arrives and its links are free (collectives on one
+  rank's link run one after another, in the order they began, each direction of a full-duplex
+  link on its own): B' = max(arrivals', links free');
 * it takes its transfer at the new rate plus what the link would not shorten:
-  d' = wire_ns * scale + rest_ns, where scale is the old rate over the new one, over the
-  compression ratio of its dimension, times the traffic factor's change when there are more ranks;
-* a rank that waited for it waits until it ends: its shift (replayed time minus measured time)
-  becomes max(shift - waited, end shift - slack) at the end of the wait.
+  d' = transfer_ns * scale + rest_ns (wire_ns, at full line rate, in place of transfer_ns when
+  the scenario asks for it), where scale is the run's rate over the new one, over the compression
+  ratio of its dimension, times the traffic factor's change when there are more ranks;
+* a rank that waited for its instance waits until that ends: its shift (replayed time minus
+  measured time) becomes max(shift - waited, end shift - slack) at the end of the wait. An
+  instance that ended after its collective began ends as far into the replayed collective as it
+  was into the measured one (a tied instance ends with it; a send that blocked until part of its
+  data had left, part way); one that ended before it began keeps its own duration if it ended
+  soon after it started (a buffered send), else it ends when the collective begins (a send
+  blocked until its receiver came).
 
-Steps start aligned (every rank's shift is 0 at its step's start) and a step's replayed length on
-a rank is its measured length plus the rank's shift at its end. The recurrence is sequential in
+The run is replayed as one timeline, so that what one step leaves late (a pipeline's last
+gradients, a slow rank's optimizer) delays the next; a step's replayed length on a rank is its
+measured length plus how much the rank's shift grew over its window. The recurrence is sequential in
 time, so it runs here, over all scenarios at once (numpy vectors), rather than in SQL.
 """
 
@@ -52,6 +60,14 @@ def traffic_factor(op: np.ndarray, n: np.ndarray) -> np.ndarray:
     )
 
 
+def channels(rank: int, intra: bool, op: str) -> list[tuple]:
+    """The one-way links a rank's part of a collective occupies: a send its link out, a receive its
+    link in, any other op both (links are full duplex)."""
+    link = "intra" if intra else "network"
+    directions = {"send": ("out",), "recv": ("in",)}.get(op, ("out", "in"))
+    return [(rank, link, direction) for direction in directions]
+
+
 class Replay:
     """The collectives and waits of a run (`whatif_inputs` rows) and its rank-steps (step_breakdown)."""
 
@@ -72,45 +88,46 @@ class Replay:
         self.step_ns = np.array(steps.column("step_ns").to_pylist(), dtype=float)
         self.compute_ns = np.array(steps.column("compute_ns").to_pylist(), dtype=float)
         self.exposed_ns = self.step_ns - self.compute_ns
+        self.window_start = np.array(steps.column("window_start_ns").to_pylist(), dtype=np.int64)
+        self.window_end = np.array(steps.column("window_end_ns").to_pylist(), dtype=np.int64)
         self._events = self._schedule()
 
     def _schedule(self) -> list[tuple]:
-        """Per step, its events in time order: arrivals, begins, then the ends of waits."""
+        """Every event of the run in time order (ns since its first): step windows opening,
+        ranks arriving at collectives, collectives beginning, waits ending, step windows closing."""
         r = self.rows
         keys, collective = np.unique(r["collective_key"].astype(str), return_inverse=True)
-        self.collective = collective
         self.collectives = len(keys)
-        index = {key: i for i, key in enumerate(self.step_rank)}
-        self.row_step = np.array([index.get((int(a), int(b)), -1) for a, b in zip(r["rank"], r["step"])])
+        base = min(r["start_ns"].min(), r["begin_ns"].min(), self.window_start.min())
+        self.begins = {c: float(r["begin_ns"][i] - base) for i, c in enumerate(collective)}
+        self.ends = {c: float(r["collective_end_ns"][i] - base) for i, c in enumerate(collective)}
+        self.channels: dict[int, list[tuple]] = {}
         waited = r["waited_ns"].astype(float)
-        slack = r["slack_ns"]
+        slack = np.array([np.nan if v is None else float(v) for v in r["slack_ns"]])
         events = []
-        for step in np.unique(r["step"]):
-            chosen = np.flatnonzero(r["step"] == step)
-            base = min(r["start_ns"][chosen].min(), r["begin_ns"][chosen].min())
-            timed = []
-            seen = set()
-            for i in chosen:
-                c = collective[i]
-                channel = (int(r["rank"][i]), bool(self.intra[i]))
-                timed.append((int(r["start_ns"][i] - base), 0, "arrive", i, c, channel))
-                if c not in seen:
-                    seen.add(c)
-                    timed.append((int(r["begin_ns"][i] - base), 1, "begin", i, c, None))
-                if r["tied"][i] and (waited[i] > 0 or slack[i] is not None):
-                    late = 0.0 if slack[i] is None or np.isnan(slack[i]) else float(slack[i])
-                    timed.append((int(r["end_ns"][i] - base + late), 2, "wait", i, c, (waited[i], late)))
-            timed.sort(key=lambda e: (e[0], e[1], e[3]))
-            ends = {c: float(r["collective_end_ns"][i] - base) for i, c in zip(chosen, collective[chosen])}
-            begins = {c: float(r["begin_ns"][i] - base) for i, c in zip(chosen, collective[chosen])}
-            members = {}
-            for i in chosen:
-                members.setdefault(collective[i], []).append((int(r["rank"][i]), bool(self.intra[i])))
-            events.append((timed, ends, begins, members))
+        for k, (rank, _) in enumerate(self.step_rank):
+            events.append((float(self.window_start[k] - base), 0, "open", k, rank, None))
+            events.append((float(self.window_end[k] - base), 4, "close", k, rank, None))
+        for i, c in enumerate(collective):
+            first = c not in self.channels
+            self.channels.setdefault(c, []).extend(channels(int(r["rank"][i]), bool(self.intra[i]), self.op[i]))
+            events.append((float(r["start_ns"][i] - base), 1, "arrive", i, c, None))
+            if first:
+                events.append((self.begins[c], 2, "begin", i, c, None))
+            late = 0.0 if np.isnan(slack[i]) else slack[i]
+            if waited[i] > 0 or not np.isnan(slack[i]):
+                end, begin, start = float(r["end_ns"][i] - base), self.begins[c], float(r["start_ns"][i] - base)
+                # Ended before the collective began: on its own (a buffered send) if soon after it
+                # started, else blocked until its peer arrived (a send whose receiver was late).
+                own = end < begin and begin - end >= end - start
+                into = None if own else max(0.0, end - begin)
+                at = end if own else max(end, begin)
+                events.append((at + late, 3, "wait", i, c, (waited[i], late, into)))
+        events.sort(key=lambda e: (e[0], e[1], e[3]))
         return events
 
     def scale(self, scenarios: list[Scenario]) -> np.ndarray:
-        """rows x scenarios: each collective's wire time at each scenario over its wire time measured."""
+        """rows x scenarios: each collective's transfer time in each scenario over its time in the run."""
         out = np.ones((self.count, len(scenarios)))
         for k, s in enumerate(scenarios):
             rate = np.where(self.intra, s.intra_gbps or 0.0, s.network_gbps or 0.0)
@@ -138,45 +155,47 @@ class Replay:
         duration = self.transfer_times(scenarios) * self.scale(scenarios) + self.rest[:, None]
         step_ns = np.repeat(self.step_ns[:, None], width, axis=1)
         exposure = np.zeros((self.count, width))
-        for timed, ends, begins, members in self._events:
-            shift: dict[int, np.ndarray] = {}
-            arrived: dict[int, np.ndarray] = {}
-            free: dict[tuple, np.ndarray] = {}
-            end_shift: dict[int, np.ndarray] = {}
-            zero = np.zeros(width)
-            for t, _, kind, i, c, extra in timed:
+        zero = np.zeros(width)
+        shift: dict[int, np.ndarray] = {}  # per rank: replayed time minus measured time, now
+        opened: dict[int, np.ndarray] = {}
+        arrived: dict[int, np.ndarray] = {}
+        arrival_shift: dict[int, np.ndarray] = {}
+        free: dict[tuple, np.ndarray] = {}
+        begin_shift: dict[int, np.ndarray] = {}
+        stretch: dict[int, np.ndarray] = {}
+        for t, _, kind, i, c, extra in self._events:
+            if kind == "open":
+                opened[i] = shift.get(c, zero)
+            elif kind == "close":
+                step_ns[i] = self.step_ns[i] + shift.get(c, zero) - opened[i]
+            elif kind == "arrive":
+                arrival_shift[i] = shift.get(int(self.rows["rank"][i]), zero)
+                arrival = t + arrival_shift[i]
+                arrived[c] = np.maximum(arrived[c], arrival) if c in arrived else arrival
+            elif kind == "begin":
+                start = arrived.get(c, np.full(width, self.begins[c]))
+                for channel in self.channels[c]:
+                    if channel in free:
+                        start = np.maximum(start, free[channel])
+                for channel in self.channels[c]:
+                    free[channel] = start + duration[i]
+                begin_shift[c] = start - self.begins[c]
+                measured = self.ends[c] - self.begins[c]
+                stretch[c] = duration[i] / measured if measured > 0 else np.ones(width)
+            else:
+                waited, slack, into = extra  # into: how far into its collective the instance ended
                 rank = int(self.rows["rank"][i])
-                if kind == "arrive":
-                    arrival = t + shift.get(rank, zero)
-                    arrived[c] = np.maximum(arrived[c], arrival) if c in arrived else arrival
-                elif kind == "begin":
-                    start = arrived.get(c, np.full(width, begins[c]))
-                    for channel in members[c]:
-                        if channel in free:
-                            start = np.maximum(start, free[channel])
-                    finish = start + duration[i]
-                    for channel in members[c]:
-                        free[channel] = finish
-                    end_shift[c] = finish - ends[c]
-                else:
-                    waited, slack = extra
-                    before = shift.get(rank, zero)
-                    after = np.maximum(before - waited, end_shift[c] - slack)
-                    shift[rank] = after
-                    exposure[i] = waited + after - before
-            self._finish(step_ns, timed, shift)
+                end_shift = arrival_shift[i] if into is None else begin_shift[c] + into * (stretch[c] - 1)
+                before = shift.get(rank, zero)
+                after = np.maximum(before - waited, end_shift - slack)
+                shift[rank] = after
+                exposure[i] = waited + after - before
         return step_ns, exposure
-
-    def _finish(self, step_ns: np.ndarray, timed: list[tuple], shift: dict[int, np.ndarray]) -> None:
-        for _, _, _, i, _, _ in timed:
-            position = self.row_step[i]
-            rank = int(self.rows["rank"][i])
-            if position >= 0 and rank in shift:
-                step_ns[position] = self.step_ns[position] + shift[rank]
 
 
 INPUTS_QUERY = "SELECT * FROM whatif_inputs ORDER BY rank, step, begin_ns"
-STEPS_QUERY = "SELECT rank, step, step_ns, step_ns - exposed_comm_ns AS compute_ns FROM step_breakdown ORDER BY rank, step"
+STEPS_QUERY = ("SELECT rank, step, window_start_ns, window_end_ns, step_ns, step_ns - exposed_comm_ns AS compute_ns "
+               "FROM step_breakdown ORDER BY rank, step")
 # Compression and line rates searched over, and a stand-in for "infinitely fast".
 COMPRESSION_RANGE = (1.0, 1e6)
 BANDWIDTH_RANGE_GBPS = (1e-3, 1e7)
@@ -210,10 +229,11 @@ class Model:
                         cell.line_rate)
 
     def scaling(self, scenarios: list[Scenario]) -> tuple[np.ndarray, np.ndarray]:
-        """Mean replayed step and scaling factor t_1 / step per scenario."""
+        """Median replayed step and scaling factor t_1 / step per scenario (medians over rank-steps:
+        a trace's last step often holds the profiler's own teardown)."""
         step_ns, _ = self.replay.run(scenarios)
-        mean_step = step_ns.mean(axis=0)
-        return mean_step, self.replay.compute_ns.mean() / mean_step
+        typical = np.median(step_ns, axis=0)
+        return typical, np.median(self.replay.compute_ns) / typical
 
     def cells(self, cells: list[Cell]) -> tuple[list[dict], list[dict]]:
         """Per cell its predicted step; per cell and dimension the exposed communication."""
@@ -223,12 +243,12 @@ class Model:
         fixed = replay.exposed_ns.sum() - replay.rows["waited_ns"].astype(float).sum()
         steps = len(replay.step_ns)
         rows, parts = [], []
-        compute = replay.compute_ns.mean()
+        compute = np.median(replay.compute_ns)
         for k, cell in enumerate(cells):
-            mean_step = step_ns[:, k].mean()
+            typical = np.median(step_ns[:, k])
             rows.append({"ranks": cell.ranks, "bandwidth_gbps": cell.bandwidth_gbps, "compression": cell.compression,
-                         "collectives": replay.collectives, "compute_ns": round(compute), "step_ns": round(mean_step),
-                         "exposed_ns": round(mean_step - compute), "scaling_factor": float(compute / mean_step),
+                         "collectives": replay.collectives, "compute_ns": round(compute), "step_ns": round(typical),
+                         "exposed_ns": round(typical - compute), "scaling_factor": float(compute / typical),
                          "transfers": cell.transfers,
                          "comm_ns": round((replay.transfer_times([scenarios[k]])[:, 0] * replay.scale([scenarios[k]])[:, 0]
                                            + replay.rest).sum() / steps)})

@@ -3,10 +3,10 @@
 -- For each cell of the replay's grid (see whatif), the exposed communication per rank-step, mean
 -- over the run's rank-steps, of the waits that ended when a collective of the dimension ended,
 -- as replayed. 'fixed' is the exposed time no collective's end closed (calls into the library,
--- resuming after a wait): the replay keeps it as measured. A cell's rows add up to its
--- whatif.exposed_ns (to rounding).
+-- resuming after a wait): the replay keeps it as measured. A cell's rows add up to its mean
+-- exposure per rank-step (whatif.exposed_ns is the median step's).
 --
--- Grain: one row per run, rank count, line rate, compression ratio and dimension.
+-- Grain: one row per run, rank count, line rate, compression ratio, transfers and dimension.
 --
 -- Columns:
 --   run_id VARCHAR  The run.

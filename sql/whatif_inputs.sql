@@ -14,12 +14,13 @@
 -- from when the ranks arrive. A collective of unknown size, or on a link of unknown rate, is all
 -- rest (the replay cannot scale it).
 --
--- What waited for a collective: a rank's instance is tied to the collective when it ended with it
--- (after the first half of the begin-to-end span; a buffered send that returns at once is not).
--- Where a tied instance ends inside an exposed stretch of `step_timeline`, the rank was waiting
--- for it: `waited_ns` is the part of the stretch since the last earlier collective end in it (or
--- the stretch's start). Where it ends while the rank was busy, the rank needed it later, at the
--- latest at its next exposed stretch or the end of its step: `slack_ns` is how long after.
+-- What waited for a collective: where a rank's instance ends inside a wait (exposed stretches of
+-- `step_timeline`, those less than 1 ms apart joined into one), the rank was waiting for it:
+-- `waited_ns` is the part of the wait since the last earlier instance end in it (or its start). An instance is tied to its collective
+-- when it ended with it (after the first half of the begin-to-end span; a send that returned once
+-- its data was buffered is not); where a tied instance ends while the rank was busy, the rank
+-- needed it later, at the latest at its next exposed stretch or the end of its step: `slack_ns` is
+-- how long after.
 --
 -- Grain: one row per run, rank and collective instance that ended in a step.
 --
@@ -114,14 +115,22 @@ rested AS (
   JOIN collective_shares AS c USING (collective_key)
   LEFT JOIN latencies AS l ON l.op = s.op AND l.link = s.link
 ),
-exposed AS (
-  SELECT rank, start_ns AS stretch_start_ns, end_ns AS stretch_end_ns
+exposed_stretches AS (
+  SELECT rank, start_ns, end_ns,
+    CASE WHEN start_ns - lag(end_ns) OVER (PARTITION BY rank ORDER BY start_ns) < 1000000 THEN 0 ELSE 1 END AS opens
   FROM step_timeline
   WHERE state = 'exposed_comm'
 ),
+exposed AS (
+  -- Waits: exposed stretches less than 1 ms apart are one (a thread may resume just before the
+  -- collective it waited for closes its annotation).
+  SELECT rank, min(start_ns) AS stretch_start_ns, max(end_ns) AS stretch_end_ns
+  FROM (SELECT *, sum(opens) OVER (PARTITION BY rank ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS wait FROM exposed_stretches)
+  GROUP BY rank, wait
+),
 placed AS (
   SELECT r.*, x.stretch_start_ns, x.stretch_end_ns, n.stretch_start_ns AS next_stretch_ns,
-    r.tied AND x.stretch_start_ns IS NOT NULL AND r.end_ns <= x.stretch_end_ns AS inside
+    x.stretch_start_ns IS NOT NULL AND r.end_ns <= x.stretch_end_ns AS inside
   FROM rested AS r
   ASOF LEFT JOIN exposed AS x ON x.rank = r.rank AND r.end_ns > x.stretch_start_ns
   ASOF LEFT JOIN exposed AS n ON n.rank = r.rank AND n.stretch_start_ns >= r.end_ns

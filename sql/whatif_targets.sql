@@ -7,7 +7,7 @@
 -- intra-host rate (the network at B). 'paper' rows are the paper's model, exact
 -- (`_whatif_paper_targets`), for the data-parallel buckets (dimension 'dp').
 --
--- Grain: one row per run, model, rank count, line rate, target and dimension.
+-- Grain: one row per run, model, transfers, rank count, line rate, target and dimension.
 --
 -- Columns:
 --   run_id VARCHAR  The run.
