@@ -131,8 +131,8 @@ class Replay:
         out = np.ones((self.count, len(scenarios)))
         for k, s in enumerate(scenarios):
             rate = np.where(self.intra, s.intra_gbps or 0.0, s.network_gbps or 0.0)
-            ratio = np.where((rate > 0) & (self.link_gbps > 0), self.link_gbps / np.where(rate > 0, rate, 1.0), 1.0)
-            ratio = np.where(rate > 0, ratio, 1.0)
+            known = (rate > 0) & (self.link_gbps > 0)  # else the link stays as measured
+            ratio = np.where(known, self.link_gbps / np.where(known, rate, 1.0), 1.0)
             compress = dict(s.compression)
             ratio = ratio / np.array([compress.get(d, compress.get("all", 1.0)) for d in self.dimension])
             if s.rank_multiple != 1:
@@ -143,16 +143,18 @@ class Replay:
             out[:, k] = ratio
         return out
 
-    def transfer_times(self, scenarios: list[Scenario]) -> np.ndarray:
-        """rows x scenarios: each collective's transfer at the run's rate, as achieved or at line rate."""
+    def durations(self, scenarios: list[Scenario]) -> np.ndarray:
+        """rows x scenarios: each collective's replayed duration, its transfer (as achieved, or at
+        line rate) scaled, plus what no link shortens."""
         at_line_rate = np.array([s.line_rate for s in scenarios])
-        return np.where(at_line_rate[None, :], self.wire[:, None], self.transfer[:, None])
+        transfer = np.where(at_line_rate[None, :], self.wire[:, None], self.transfer[:, None])
+        return transfer * self.scale(scenarios) + self.rest[:, None]
 
     def run(self, scenarios: list[Scenario]) -> tuple[np.ndarray, np.ndarray]:
         """Each rank-step's replayed length (rank-steps x scenarios), and each row's replayed
         exposed wait (rows x scenarios)."""
         width = len(scenarios)
-        duration = self.transfer_times(scenarios) * self.scale(scenarios) + self.rest[:, None]
+        duration = self.durations(scenarios)
         step_ns = np.repeat(self.step_ns[:, None], width, axis=1)
         exposure = np.zeros((self.count, width))
         zero = np.zeros(width)
@@ -240,6 +242,7 @@ class Model:
         scenarios = [self.scenario(cell) for cell in cells]
         step_ns, exposure = self.replay.run(scenarios)
         replay = self.replay
+        comm_ns = replay.durations(scenarios).sum(axis=0) / len(replay.step_ns)
         fixed = replay.exposed_ns.sum() - replay.rows["waited_ns"].astype(float).sum()
         steps = len(replay.step_ns)
         rows, parts = [], []
@@ -249,9 +252,7 @@ class Model:
             rows.append({"ranks": cell.ranks, "bandwidth_gbps": cell.bandwidth_gbps, "compression": cell.compression,
                          "collectives": replay.collectives, "compute_ns": round(compute), "step_ns": round(typical),
                          "exposed_ns": round(typical - compute), "scaling_factor": float(compute / typical),
-                         "transfers": cell.transfers,
-                         "comm_ns": round((replay.transfer_times([scenarios[k]])[:, 0] * replay.scale([scenarios[k]])[:, 0]
-                                           + replay.rest).sum() / steps)})
+                         "transfers": cell.transfers, "comm_ns": round(comm_ns[k])})
             where = {"ranks": cell.ranks, "bandwidth_gbps": cell.bandwidth_gbps, "compression": cell.compression,
                      "transfers": cell.transfers}
             for dimension in self.dimensions:

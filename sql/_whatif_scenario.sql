@@ -1,8 +1,9 @@
 -- _whatif_scenario: the one bucket timeline of a run that the what-if model replays.
 --
 -- An intermediate table (not published). When every rank and step has the same buckets (same
--- count, same sizes, as with DDP), each bucket's ready time, the backward length and the
--- communication-free step time are averaged over all rank-steps. Otherwise the rank-step whose
+-- count, same sizes, as with DDP), each bucket's ready time and the backward length are averaged
+-- over all rank-steps, and the communication-free step time is their median (as the replay's: a
+-- trace's last step often holds the profiler's own teardown). Otherwise the rank-step whose
 -- length is closest to the median stands for the run. The CLI replaces this table when it replays
 -- a timeline file or re-fuses the buckets with another policy.
 --
@@ -30,7 +31,7 @@ averaged AS (
     CAST(round(avg(ready_ns)) AS BIGINT) AS ready_ns,
     any_value(bytes) AS bytes,
     CAST(round(avg(backward_ns)) AS BIGINT) AS backward_ns,
-    CAST(round(avg(compute_ns)) AS BIGINT) AS compute_ns,
+    CAST(round(median(compute_ns)) AS BIGINT) AS compute_ns,
     max(ranks) AS ranks,
     'mean of ' || count(*) || ' rank-steps with the same buckets' AS description
   FROM gradient_buckets

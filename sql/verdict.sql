@@ -12,7 +12,7 @@
 --   not communication-bound: exposed share below exposed_share_min;
 --   straggler-bound: at least wait_share_min of the exposed time is waiting for other ranks;
 --   communication-bound (line rate unknown): the what-if needs a line rate;
---   communication-bound (no what-if): no gradient buckets were found to replay;
+--   communication-bound (no what-if): no collectives were found to replay;
 --   bandwidth-bound: even at full line rate SF would stay below full_rate_sf_min;
 --   transport-bound: full line rate would hide the communication, but the collectives reach less
 --     than utilization_max of it (the paper's finding);
@@ -176,8 +176,8 @@ SELECT
       printf('%.1f%% of step time is exposed communication, but the link''s line rate is unknown, so wirespeed '
         || 'cannot tell a too-slow link from a badly used one. Re-ingest with --link-gbps.', 100 * exposed_comm_share)
     WHEN 'communication-bound (no what-if)' THEN
-      printf('%.1f%% of step time is exposed communication, but the traces show no gradient all-reduce issued '
-        || 'during backward, so the what-if has nothing to replay and cannot tell a too-slow link from a badly used '
+      printf('%.1f%% of step time is exposed communication, but no collective of the traces could be matched '
+        || 'and timed, so the what-if has nothing to replay and cannot tell a too-slow link from a badly used '
         || 'one. Bus bandwidth reached %s of the line rate.', 100 * exposed_comm_share,
         coalesce(printf('%.0f%%', 100 * utilization), 'an unknown share'))
     WHEN 'bandwidth-bound' THEN
@@ -201,7 +201,8 @@ SELECT
   END || CASE WHEN dominant_dimension IS NOT NULL AND bottleneck NOT IN ('no traces', 'no communication found') THEN
       printf(' The steps wait most for %s communication (%.0f%% of the exposed time)%s.',
         dominant_dimension, 100 * dominant_dimension_share,
-        CASE dominant_scope WHEN 'inter' THEN ', over the network' WHEN 'intra' THEN ', within a host' ELSE '' END)
+        CASE dominant_scope WHEN 'inter' THEN ', over the network'
+          WHEN 'intra' THEN ', within a host, where a faster network would not shorten it' ELSE '' END)
     ELSE '' END AS explanation,
   exposed_comm_share,
   wait_share,

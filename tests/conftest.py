@@ -111,12 +111,13 @@ def require_cluster() -> None:
 
 CLUSTER_SLOW_MBIT = 200
 CLUSTER_FAST_MBIT = 1000
+CLUSTER_REPEATS = 3  # runs at each rate; each rate's step is its least disturbed run's
 
 
 @pytest.fixture(scope="session")
 def cluster_runs(tmp_path_factory):
     """`cluster_runs(job) -> LinkCost`: a `collectors.jobs` job on two emulated hosts at 200 and
-    1000 Mbit/s, twice each in turn (`pipelines.cluster.measure_link_cost`), once per session."""
+    1000 Mbit/s, CLUSTER_REPEATS times each in turn (`pipelines.cluster.measure_link_cost`), once per session."""
     from pipelines.cluster import measure_link_cost
 
     landing = tmp_path_factory.mktemp("cluster-landing")
@@ -125,7 +126,7 @@ def cluster_runs(tmp_path_factory):
     def runs_of(job: str):
         require_cluster()
         if job not in measured:
-            measured[job] = measure_link_cost(job, landing, CLUSTER_SLOW_MBIT, CLUSTER_FAST_MBIT)
+            measured[job] = measure_link_cost(job, landing, CLUSTER_SLOW_MBIT, CLUSTER_FAST_MBIT, CLUSTER_REPEATS)
         return measured[job]
 
     return runs_of

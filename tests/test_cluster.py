@@ -15,7 +15,7 @@ import pytest
 
 from collectors import rundir
 from collectors.launch import _last_to_finish, collect
-from conftest import CLUSTER_FAST_MBIT, CLUSTER_SLOW_MBIT, REPO, require_cluster, wirespeed
+from conftest import CLUSTER_FAST_MBIT, CLUSTER_REPEATS, CLUSTER_SLOW_MBIT, REPO, require_cluster, wirespeed
 from pipelines.cluster import INTERFACE, Cluster
 
 BENCHMARK_RANGE = ipaddress.ip_network("198.18.0.0/15")
@@ -203,7 +203,7 @@ def test_multi_host_collect_needs_a_shared_run_id_and_one_launch_per_host(tmp_pa
 def test_every_job_runs_on_two_hosts_and_is_slower_on_a_slower_link(cluster_runs, job):
     cost = cluster_runs(job)
     runs = [(run, CLUSTER_SLOW_MBIT / 1000) for run in cost.slow_runs] + [(run, CLUSTER_FAST_MBIT / 1000) for run in cost.fast_runs]
-    assert len(runs) == 4
+    assert len(runs) == 2 * CLUSTER_REPEATS
     for run, link_gbps in runs:
         manifest = json.loads((run.run_dir / rundir.MANIFEST).read_text())
         assert manifest["hosts"] == ["host0", "host1"] and manifest["world_size"] == 2 and manifest["exit_code"] == 0
