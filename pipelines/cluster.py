@@ -258,30 +258,13 @@ def run_job(job: str, link_mbit: float, landing: Path, steps: int = 8, run_id: s
 
 
 @dataclass(frozen=True)
-class LinkCost:
-    """What a link really costs a job: its step at two line rates, measured in turn (A B A B).
-
-    Other work on the machine only ever makes a run slower, and on a shared 2-core machine one run
-    in a few is slowed throughout, so each rate's step is its least disturbed run's median step.
-    """
+class RatePair:
+    """A run at the slow rate and the run at the fast rate right after it."""
 
     slow_mbit: float
     fast_mbit: float
-    slow_runs: tuple[ClusterJobRun, ...]
-    fast_runs: tuple[ClusterJobRun, ...]
-
-    @property
-    def slow_run(self) -> ClusterJobRun:
-        """The least disturbed run at the slow rate: the one whose median step is shortest."""
-        return min(self.slow_runs, key=lambda run: run.median_step_ns)
-
-    @property
-    def slow_step_ns(self) -> int:
-        return self.slow_run.median_step_ns
-
-    @property
-    def fast_step_ns(self) -> int:
-        return min(run.median_step_ns for run in self.fast_runs)
+    slow: ClusterJobRun
+    fast: ClusterJobRun
 
     @property
     def link_share(self) -> float:
@@ -290,16 +273,34 @@ class LinkCost:
         t_slow - t_fast = k (1/B_slow - 1/B_fast), and the link's part of the slow step is
         k/B_slow: (t_slow - t_fast) / (1 - B_slow/B_fast) / t_slow, 1.25 (t_200 - t_1000) / t_200.
         """
-        return (self.slow_step_ns - self.fast_step_ns) / (1 - self.slow_mbit / self.fast_mbit) / self.slow_step_ns
+        slow, fast = self.slow.median_step_ns, self.fast.median_step_ns
+        return (slow - fast) / (1 - self.slow_mbit / self.fast_mbit) / slow
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """What a link really costs a job: its step at two line rates, measured in turn (A B A B ...).
+
+    Other work on a shared 2-core machine slows runs for seconds to minutes at a time, more so the
+    fast runs, whose CPUs are busier. Two runs measured back to back share most of it, so each
+    figure comes from a pair and a check takes the median over the pairs.
+    """
+
+    slow_mbit: float
+    fast_mbit: float
+    pairs: tuple[RatePair, ...]
+
+    @property
+    def runs(self) -> list[ClusterJobRun]:
+        return [run for pair in self.pairs for run in (pair.slow, pair.fast)]
 
 
 def measure_link_cost(job: str, landing: Path, slow_mbit: float = 200, fast_mbit: float = 1000, repeats: int = 2,
                       steps: int = 8) -> LinkCost:
     """Run `job` at the slow and the fast rate in turn, `repeats` times each, so that a machine
     busier during one run than another shifts both rates alike."""
-    runs: dict[float, list[ClusterJobRun]] = {slow_mbit: [], fast_mbit: []}
+    pairs = []
     for _ in range(repeats):
-        for rate in (slow_mbit, fast_mbit):
-            runs[rate].append(run_job(job, rate, landing, steps=steps))
-
-    return LinkCost(slow_mbit, fast_mbit, tuple(runs[slow_mbit]), tuple(runs[fast_mbit]))
+        slow = run_job(job, slow_mbit, landing, steps=steps)
+        pairs.append(RatePair(slow_mbit, fast_mbit, slow, run_job(job, fast_mbit, landing, steps=steps)))
+    return LinkCost(slow_mbit, fast_mbit, tuple(pairs))

@@ -1,15 +1,17 @@
 """Exposed communication against what the link really costs, on real jobs on the emulated cluster.
 
-Each job runs on two emulated hosts at 200 Mbit/s and at 1 Gbit/s, in turn; the step-time
-difference says how much of the slow step the link explains (`LinkCost.link_share`). The exposed
-share wirespeed measures on the slow runs must lie between 0.85 and 1.0 times it: communication
-that hides under compute is not exposed (below 1), and the latency a faster link would not remove
-is small next to the transfers (not much above).
+Each job runs on two emulated hosts at 200 Mbit/s and at 1 Gbit/s, in turn; in each pair of runs
+back to back, the step-time difference says how much of the slow step the link explains
+(`RatePair.link_share`). The exposed share wirespeed measures on the slow run must lie between
+0.85 and 1.0 times it, in the median pair: communication that hides under compute is not exposed
+(below 1), and the latency a faster link would not remove is small next to the transfers (not
+much above).
 
 The link's share is itself a measurement, and other work on this 2-core machine moves it: over
 one day of runs it spread over 0.839-0.946 for FSDP2 (the fast runs slow most, their gloo copies
-and TCP processing competing for the CPUs) and 0.775-0.881 for the pipeline. Each rate's step is
-its least disturbed run's, and the bounds allow LINK_SHARE_RESOLUTION either side. A job whose
+and TCP processing competing for the CPUs) and 0.775-0.881 for the pipeline. Runs back to back
+share most of a disturbance, the median pair leaves out the one most disturbed, and the bounds
+allow LINK_SHARE_RESOLUTION either side. A job whose
 communication is all exposed sits at 1.0 plus the latency a faster link would not remove (FSDP2 on
 CPUs waits for each all-gather where it issues it, having no streams to prefetch on: 0.995-1.009
 on a quiet machine). The rule this replaced gave 0.44, 0.00 and 0.05 for FSDP2, tensor and expert
@@ -17,6 +19,8 @@ parallel, far outside either bound.
 """
 
 from __future__ import annotations
+
+import statistics
 
 import pytest
 
@@ -37,21 +41,20 @@ def store(tmp_path_factory) -> Warehouse:
 @pytest.mark.parametrize("job", list(DIMENSION))
 def test_exposed_share_matches_what_the_link_costs(cluster_runs, store, job):
     cost = cluster_runs(job)
-    run_ids = [ingest_directly(store, run.run_dir) for run in cost.slow_runs]
-    # The exposure of the slow run whose step the link's share is measured on.
-    (exposed_share,) = table_rows(
-        store,
-        "SELECT sum(exposed_comm_ns) / sum(step_ns) AS share FROM step_breakdown WHERE run_id = ?",
-        [cost.slow_run.run_dir.name],
-    )[0].values()
-    ratio = exposed_share / cost.link_share
-    print(f"{job}: step {cost.slow_step_ns / 1e6:.0f} ms at {cost.slow_mbit:g} Mbit/s, {cost.fast_step_ns / 1e6:.0f} ms at "
-          f"{cost.fast_mbit:g}; link share {cost.link_share:.3f}, exposed {exposed_share:.3f}, ratio {ratio:.3f}")
-    assert 0.85 - LINK_SHARE_RESOLUTION <= ratio <= 1.0 + LINK_SHARE_RESOLUTION, (
-        f"{job}: exposed {exposed_share:.3f} of the slow step, the link explains {cost.link_share:.3f} "
-        f"(steps {cost.slow_step_ns / 1e6:.0f} ms at {cost.slow_mbit:g} Mbit/s, {cost.fast_step_ns / 1e6:.0f} ms at "
-        f"{cost.fast_mbit:g}): ratio {ratio:.3f}"
-    )
+    run_ids = [ingest_directly(store, pair.slow.run_dir) for pair in cost.pairs]
+    ratios = []
+    for pair in cost.pairs:
+        (exposed_share,) = table_rows(
+            store,
+            "SELECT sum(exposed_comm_ns) / sum(step_ns) AS share FROM step_breakdown WHERE run_id = ?",
+            [pair.slow.run_dir.name],
+        )[0].values()
+        ratios.append(exposed_share / pair.link_share)
+        print(f"{job}: step {pair.slow.median_step_ns / 1e6:.0f} ms at {cost.slow_mbit:g} Mbit/s, "
+              f"{pair.fast.median_step_ns / 1e6:.0f} ms at {cost.fast_mbit:g}; link share {pair.link_share:.3f}, "
+              f"exposed {exposed_share:.3f}, ratio {ratios[-1]:.3f}")
+    ratio = statistics.median(ratios)
+    assert 0.85 - LINK_SHARE_RESOLUTION <= ratio <= 1.0 + LINK_SHARE_RESOLUTION, f"{job}: ratios {ratios}"
     # The steps wait for the job's own dimension, over the network; the groups' shares add up.
     dimension, share, scope, unbalanced = table_rows(
         store,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pyarrow as pa
 import pytest
@@ -64,6 +65,29 @@ def test_searches_per_dimension_and_link():
     assert exposed == {"tp": pytest.approx(20 * MS / 2.25, abs=1), "fixed": 0}
 
 
+def test_searches_compress_one_dimension_and_speed_up_one_link():
+    """A 20 ms tensor-parallel all-reduce inside the host (100 Gbit/s), then a 20 ms data-parallel
+    one over the network (1 Gbit/s), both waited for: t_1 = 60 ms of a 100 ms step. SF 0.7 needs
+    the exposed 40 ms down to 25.71: compressing everything 40 / 25.71 = 1.556 times, the dp
+    traffic alone 20 / 5.71 = 3.5 times; or the host's link at 100 * 20 / 5.71 = 350 Gbit/s."""
+    rows = []
+    for rank in (0, 1):
+        rows.append({"rank": rank, "step": 1, "collective_key": "tp", "start_ns": 30, "end_ns": 50, "begin_ns": 30,
+                     "collective_end_ns": 50, "transfer_ns": 20, "waited_ns": 20, "scope": "intra", "link_gbps": 100.0})
+        rows.append({"rank": rank, "step": 1, "collective_key": "dp", "dimension": "dp", "start_ns": 70, "end_ns": 90,
+                     "begin_ns": 70, "collective_end_ns": 90, "transfer_ns": 20, "waited_ns": 20})
+    model = Model(Replay(inputs(rows), steps(100, 40)), 2, 1.0, 100.0)
+    found = {(r["dimension"]): r for r in model.targets([Cell(2, 1.0, 1.0)], (0.7,))}
+    assert found["all"]["min_compression"] == pytest.approx(40 / (60 / 0.7 - 60), rel=1e-5)
+    assert found["dp"]["min_compression"] == pytest.approx(20 / (60 / 0.7 - 80), rel=1e-5)
+    assert found["tp"]["min_compression"] == pytest.approx(20 / (60 / 0.7 - 80), rel=1e-5)
+    assert found["all"]["min_intra_gbps"] == pytest.approx(100 * 20 / (60 / 0.7 - 80), rel=1e-5)
+    assert found["all"]["min_bandwidth_gbps"] == pytest.approx(20 / (60 / 0.7 - 80), rel=1e-5)
+    # SF 0.75 needs the exposure at 20 ms: only both dimensions together can reach it.
+    reach = {r["dimension"]: r["reachable"] for r in model.targets([Cell(2, 1.0, 1.0)], (0.75,))}
+    assert reach == {"all": True, "dp": False, "tp": False}
+
+
 def test_one_link_carries_one_collective_at_a_time():
     """c1 (10-50 ms) and c2 (ready at 20 ms, begun at 50 ms when the link freed, ended at 90 ms); both
     ranks wait for c2 from 70 ms. At 2 Gbit/s c2 begins at 30 and ends at 50; at 0.5 at 90 and 170."""
@@ -100,7 +124,7 @@ def test_a_late_rank_is_waited_for_and_a_buffered_send_is_not():
 # --- real jobs on the emulated cluster -------------------------------------------------------------
 
 REPLAY_TOLERANCE = 0.15
-PAPER_AGREEMENT = 0.02  # of scaling factor, replay and paper both at line rate, on DDP
+PAPER_AGREEMENT = 0.02  # of scaling factor, replay and paper both at line rate, on DDP, median run
 
 
 @pytest.fixture(scope="module")
@@ -120,25 +144,27 @@ def predicted(store: Warehouse, run_id: str, gbps: float, *options: str) -> dict
 
 @pytest.mark.parametrize("job", ["ddp", "fsdp", "tp", "pp"])
 def test_replay_predicts_the_other_line_rate(cluster_runs, store, job):
-    """Each run's replay at the other run's line rate against the step that run measured in the job."""
+    """Each run's replay at the other run's line rate against the step that run measured in the
+    job, for the runs of each pair (measured back to back); the median pair must be within 15 %."""
     cost = cluster_runs(job)
-    fast_run = min(cost.fast_runs, key=lambda run: run.median_step_ns)
-    runs = {cost.slow_mbit: cost.slow_run, cost.fast_mbit: fast_run}
-    for run in runs.values():
+    for run in cost.runs:
         ingest_directly(store, run.run_dir)
-    errors, disagreements = {}, {}
-    for rate, other in ((cost.slow_mbit, cost.fast_mbit), (cost.fast_mbit, cost.slow_mbit)):
-        row = predicted(store, runs[rate].run_dir.name, other / 1000)
-        measured_ms = runs[other].median_step_ns / 1e6
-        errors[f"{rate:g}->{other:g}"] = row["step_ms"] / measured_ms - 1
-        print(f"{job}: replay of the {rate:g} Mbit/s run at {other:g}: {row['step_ms']:.0f} ms, measured "
-              f"{measured_ms:.0f} ms ({errors[f'{rate:g}->{other:g}']:+.1%})")
-        if job == "ddp":
-            # Both at the full line rate, as the paper's model assumes.
-            at_line_rate = predicted(store, runs[rate].run_dir.name, other / 1000, "--at-line-rate")
-            paper = predicted(store, runs[rate].run_dir.name, other / 1000, "--model", "paper")
-            disagreements[f"{rate:g} at {other:g}"] = at_line_rate["scaling_factor"] - paper["scaling_factor"]
-            print(f"ddp: the {rate:g} Mbit/s run at {other:g}, scaling factor: replay {row['scaling_factor']:.3f}, "
-                  f"replay at line rate {at_line_rate['scaling_factor']:.3f}, paper {paper['scaling_factor']:.3f}")
-    assert all(abs(error) <= REPLAY_TOLERANCE for error in errors.values()), errors
-    assert all(abs(d) <= PAPER_AGREEMENT for d in disagreements.values()), disagreements
+    errors: dict[str, list[float]] = {"slow at fast": [], "fast at slow": []}
+    disagreements = []
+    for pair in cost.pairs:
+        for name, run, other, gbps in (("slow at fast", pair.slow, pair.fast, cost.fast_mbit / 1000),
+                                       ("fast at slow", pair.fast, pair.slow, cost.slow_mbit / 1000)):
+            row = predicted(store, run.run_dir.name, gbps)
+            measured_ms = other.median_step_ns / 1e6
+            errors[name].append(row["step_ms"] / measured_ms - 1)
+            print(f"{job}: replay of {run.run_dir.name} at {gbps:g} Gbit/s: {row['step_ms']:.0f} ms, measured "
+                  f"{measured_ms:.0f} ms ({errors[name][-1]:+.1%})")
+            if job == "ddp":
+                # Both at the full line rate, as the paper's model assumes.
+                at_line_rate = predicted(store, run.run_dir.name, gbps, "--at-line-rate")
+                paper = predicted(store, run.run_dir.name, gbps, "--model", "paper")
+                disagreements.append(at_line_rate["scaling_factor"] - paper["scaling_factor"])
+                print(f"ddp: scaling factor: replay {row['scaling_factor']:.3f}, replay at line rate "
+                      f"{at_line_rate['scaling_factor']:.3f}, paper {paper['scaling_factor']:.3f}")
+    assert all(abs(statistics.median(e)) <= REPLAY_TOLERANCE for e in errors.values()), errors
+    assert not disagreements or abs(statistics.median(disagreements)) <= PAPER_AGREEMENT, disagreements
