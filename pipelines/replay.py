@@ -35,7 +35,7 @@ import pyarrow as pa
 
 # Dimensions that grow with the run: more ranks are more data-parallel replicas.
 SCALED_DIMENSIONS = ("dp", "fsdp")
-SEARCH_STEPS = 24  # bisection steps in log space: a range of 1e10 resolved to 1e-6 of a value
+SEARCH_STEPS = 18  # bisection steps in log space: a range of 1e10 resolved to 1e-4 of a value
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class Replay:
         self.rows = rows
         self.count = len(rows["rank"])
         self.dimension = rows["dimension"].astype(str)
+        self.dimension_names, self.dimension_code = np.unique(self.dimension, return_inverse=True)
         self.transfer = rows["transfer_ns"].astype(float)
         wire = rows["wire_ns"].astype(float)
         self.wire = np.where(wire > 0, wire, self.transfer)
@@ -128,20 +129,25 @@ class Replay:
 
     def scale(self, scenarios: list[Scenario]) -> np.ndarray:
         """rows x scenarios: each collective's transfer time in each scenario over its time in the run."""
-        out = np.ones((self.count, len(scenarios)))
-        for k, s in enumerate(scenarios):
-            rate = np.where(self.intra, s.intra_gbps or 0.0, s.network_gbps or 0.0)
-            known = (rate > 0) & (self.link_gbps > 0)  # else the link stays as measured
-            ratio = np.where(known, self.link_gbps / np.where(known, rate, 1.0), 1.0)
-            compress = dict(s.compression)
-            ratio = ratio / np.array([compress.get(d, compress.get("all", 1.0)) for d in self.dimension])
-            if s.rank_multiple != 1:
-                grows = np.isin(self.dimension, SCALED_DIMENSIONS)
-                before = traffic_factor(self.op, self.group_size)
-                after = traffic_factor(self.op, self.group_size * s.rank_multiple)
-                ratio = ratio * np.where(grows & (before > 0), after / np.where(before > 0, before, 1.0), 1.0)
-            out[:, k] = ratio
-        return out
+        network = np.array([s.network_gbps or 0.0 for s in scenarios])
+        intra = np.array([s.intra_gbps or 0.0 for s in scenarios])
+        rate = np.where(self.intra[:, None], intra[None, :], network[None, :])
+        known = (rate > 0) & (self.link_gbps[:, None] > 0)  # else the link stays as measured
+        ratio = np.where(known, self.link_gbps[:, None] / np.where(known, rate, 1.0), 1.0)
+        compression = np.array([[dict(s.compression).get(d, dict(s.compression).get("all", 1.0)) for s in scenarios]
+                                for d in self.dimension_names])
+        ratio = ratio / compression[self.dimension_code]
+        for multiple in {s.rank_multiple for s in scenarios} - {1}:
+            chosen = np.array([s.rank_multiple == multiple for s in scenarios])
+            ratio[:, chosen] *= self._traffic_growth(multiple)[:, None]
+        return ratio
+
+    def _traffic_growth(self, multiple: int) -> np.ndarray:
+        """Per row, how much more each rank sends with `multiple` times the data-parallel ranks."""
+        grows = np.isin(self.dimension, SCALED_DIMENSIONS)
+        before = traffic_factor(self.op, self.group_size)
+        after = traffic_factor(self.op, self.group_size * multiple)
+        return np.where(grows & (before > 0), after / np.where(before > 0, before, 1.0), 1.0)
 
     def durations(self, scenarios: list[Scenario]) -> np.ndarray:
         """rows x scenarios: each collective's replayed duration, its transfer (as achieved, or at
@@ -262,47 +268,52 @@ class Model:
             parts.append({**where, "dimension": "fixed", "scope": None, "exposed_ns": round(fixed / steps)})
         return rows, parts
 
-    def least(self, problems: list[tuple[Callable[[float], Scenario], float]], low: float, high: float) -> list[float | None]:
-        """For each (make, target), the least x in [low, high] whose scenario make(x) reaches the
-        target scaling factor, the step being non-increasing in x: `low` when it already does, None
-        when no x does. All problems are bisected together, in log space."""
-        goal = np.array([target for _, target in problems])
-        makes = [make for make, _ in problems]
-        _, bounds = self.scaling([make(UNBOUNDED) for make in makes] + [make(low) for make in makes])
-        reachable, already = bounds[: len(goal)] >= goal, bounds[len(goal):] >= goal
-        lo, hi = np.full(len(goal), np.log(low)), np.full(len(goal), np.log(high))
+    def least(self, problems: list[tuple[Callable[[float], Scenario], float, tuple[float, float]]]) -> list[float | None]:
+        """For each (make, target, (low, high)), the least x in [low, high] whose scenario make(x)
+        reaches the target scaling factor, the step being non-increasing in x: `low` when it
+        already does, None when no x does. All problems are bisected together, in log space."""
+        if not problems:
+            return []
+        makes = [make for make, _, _ in problems]
+        goal = np.array([target for _, target, _ in problems])
+        low, high = (np.array([bounds[k] for _, _, bounds in problems]) for k in (0, 1))
+        _, ends = self.scaling([make(UNBOUNDED) for make in makes] + [make(x) for make, x in zip(makes, low)])
+        reachable, already = ends[: len(goal)] >= goal, ends[len(goal):] >= goal
+        lo, hi = np.log(low), np.log(high)
         for _ in range(SEARCH_STEPS):
             middle = (lo + hi) / 2
             _, sf = self.scaling([make(float(np.exp(m))) for make, m in zip(makes, middle)])
             hi, lo = np.where(sf >= goal, middle, hi), np.where(sf >= goal, lo, middle)
-        return [low if a else (float(np.exp(h)) if r else None) for a, r, h in zip(already, reachable, hi)]
+        return [float(x) if a else (float(np.exp(h)) if r else None) for a, r, h, x in zip(already, reachable, hi, low)]
 
     def targets(self, cells: list[Cell], targets: tuple[float, ...]) -> list[dict]:
         """Per cell (its compression ignored), target and dimension ('all': every collective), the
         least compression of that traffic; per cell and target, the least network rate (intra-host
-        as measured) and the least intra-host rate (network at the cell's rate)."""
+        as measured; the same at every B) and the least intra-host rate (network at the cell's B)."""
         places = sorted({(c.ranks, c.bandwidth_gbps, c.line_rate) for c in cells})
         dimensions = ["all", *self.dimensions]
-        compress = [(lambda x, r=r, b=b, f=f, d=d: self.scenario(Cell(r, b, x, f), d), t)
-                    for r, b, f in places for t in targets for d in dimensions]
-        network = [(lambda x, r=r, f=f: self.scenario(Cell(r, x, 1.0, f)), t) for r, b, f in places for t in targets]
-        intra = [(lambda x, r=r, b=b, f=f: self.scenario(Cell(r, b, 1.0, f), intra_gbps=x), t)
-                 for r, b, f in places for t in targets]
-        least_compression = iter(self.least(compress, *COMPRESSION_RANGE))
-        least_network = iter(self.least(network, *BANDWIDTH_RANGE_GBPS))
         has_intra = bool(self.intra_gbps) and bool(self.replay.intra.any())
-        least_intra = iter(self.least(intra, *BANDWIDTH_RANGE_GBPS) if has_intra else [None] * len(intra))
+        problems: dict[tuple, tuple] = {}
+        for r, b, f in places:
+            for t in targets:
+                for d in dimensions:
+                    problems["compress", r, b, f, t, d] = (
+                        lambda x, r=r, b=b, f=f, d=d: self.scenario(Cell(r, b, x, f), d), t, COMPRESSION_RANGE)
+                problems["network", r, f, t] = (lambda x, r=r, f=f: self.scenario(Cell(r, x, 1.0, f)), t, BANDWIDTH_RANGE_GBPS)
+                if has_intra:
+                    problems["intra", r, b, f, t] = (
+                        lambda x, r=r, b=b, f=f: self.scenario(Cell(r, b, 1.0, f), intra_gbps=x), t, BANDWIDTH_RANGE_GBPS)
+        least = dict(zip(problems, self.least(list(problems.values())), strict=True))
         rows = []
         for r, b, f in places:
             for t in targets:
-                network_gbps, intra_gbps = next(least_network), next(least_intra)
                 for d in dimensions:
-                    compression = next(least_compression)
+                    compression = least["compress", r, b, f, t, d]
                     rows.append({"ranks": r, "bandwidth_gbps": b, "transfers": Cell(r, b, 1.0, f).transfers,
                                  "target": t, "dimension": str(d),
                                  "reachable": compression is not None, "min_compression": compression,
-                                 "min_bandwidth_gbps": network_gbps if d == "all" else None,
-                                 "min_intra_gbps": intra_gbps if d == "all" else None})
+                                 "min_bandwidth_gbps": least["network", r, f, t] if d == "all" else None,
+                                 "min_intra_gbps": least.get(("intra", r, b, f, t)) if d == "all" else None})
         return rows
 
 

@@ -53,9 +53,9 @@ def test_searches_per_dimension_and_link():
     """t_1 = 80 ms and SF(B, c) = 80 / (80 + 20 / (B c)): SF 0.9 needs B c = 2.25."""
     model = Model(one_wait(), 2, 1.0, None)
     rows = {(r["dimension"], r["target"]): r for r in model.targets([Cell(2, 1.0, 1.0)], (0.9,))}
-    assert rows["all", 0.9]["min_compression"] == pytest.approx(2.25, rel=1e-5)
-    assert rows["tp", 0.9]["min_compression"] == pytest.approx(2.25, rel=1e-5)
-    assert rows["all", 0.9]["min_bandwidth_gbps"] == pytest.approx(2.25, rel=1e-5)
+    assert rows["all", 0.9]["min_compression"] == pytest.approx(2.25, rel=1e-4)
+    assert rows["tp", 0.9]["min_compression"] == pytest.approx(2.25, rel=1e-4)
+    assert rows["all", 0.9]["min_bandwidth_gbps"] == pytest.approx(2.25, rel=1e-4)
     assert rows["all", 0.9]["min_intra_gbps"] is None  # nothing crosses an intra-host link
     (cells, parts) = model.cells([Cell(2, 2.25, 1.0), Cell(16, 1.0, 1.0)])
     assert cells[0]["scaling_factor"] == pytest.approx(0.9)
@@ -78,11 +78,11 @@ def test_searches_compress_one_dimension_and_speed_up_one_link():
                      "begin_ns": 70, "collective_end_ns": 90, "transfer_ns": 20, "waited_ns": 20})
     model = Model(Replay(inputs(rows), steps(100, 40)), 2, 1.0, 100.0)
     found = {(r["dimension"]): r for r in model.targets([Cell(2, 1.0, 1.0)], (0.7,))}
-    assert found["all"]["min_compression"] == pytest.approx(40 / (60 / 0.7 - 60), rel=1e-5)
-    assert found["dp"]["min_compression"] == pytest.approx(20 / (60 / 0.7 - 80), rel=1e-5)
-    assert found["tp"]["min_compression"] == pytest.approx(20 / (60 / 0.7 - 80), rel=1e-5)
-    assert found["all"]["min_intra_gbps"] == pytest.approx(100 * 20 / (60 / 0.7 - 80), rel=1e-5)
-    assert found["all"]["min_bandwidth_gbps"] == pytest.approx(20 / (60 / 0.7 - 80), rel=1e-5)
+    assert found["all"]["min_compression"] == pytest.approx(40 / (60 / 0.7 - 60), rel=1e-4)
+    assert found["dp"]["min_compression"] == pytest.approx(20 / (60 / 0.7 - 80), rel=1e-4)
+    assert found["tp"]["min_compression"] == pytest.approx(20 / (60 / 0.7 - 80), rel=1e-4)
+    assert found["all"]["min_intra_gbps"] == pytest.approx(100 * 20 / (60 / 0.7 - 80), rel=1e-4)
+    assert found["all"]["min_bandwidth_gbps"] == pytest.approx(20 / (60 / 0.7 - 80), rel=1e-4)
     # SF 0.75 needs the exposure at 20 ms: only both dimensions together can reach it.
     reach = {r["dimension"]: r["reachable"] for r in model.targets([Cell(2, 1.0, 1.0)], (0.75,))}
     assert reach == {"all": True, "dp": False, "tp": False}
