@@ -111,7 +111,7 @@ def require_cluster() -> None:
 
 CLUSTER_SLOW_MBIT = 200
 CLUSTER_FAST_MBIT = 1000
-CLUSTER_REPEATS = 3  # runs at each rate; each rate's step is its least disturbed run's
+CLUSTER_REPEATS = 3  # pairs of runs (slow, then fast); the checks take the median pair
 
 
 @pytest.fixture(scope="session")
