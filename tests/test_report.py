@@ -105,3 +105,20 @@ def test_report_says_when_no_communication_was_found(tmp_path):
     markup = re.sub(r"<script\b.*?</script>", "", html, flags=re.S)
     assert "No communication was found in this run" in markup and "NaN" not in markup
     assert "communication_found</td><td class='fail'>failed" in html
+
+
+def test_the_vega_bundle_is_built_once_and_kept(tmp_path, monkeypatch):
+    """A report inlines Vega; it is built once per vl-convert version and then read back."""
+    from pipelines.report import page
+
+    monkeypatch.setenv("WIRESPEED_CACHE", str(tmp_path / "cache"))
+    page.vega_bundle.cache_clear()
+    try:
+        built = page.vega_bundle()
+        (kept,) = (tmp_path / "cache").iterdir()
+        assert "vegaEmbed" in built and kept.read_text(encoding="utf-8") == built
+        kept.write_text("// kept", encoding="utf-8")
+        page.vega_bundle.cache_clear()
+        assert page.vega_bundle() == "// kept"  # a later process reads it instead of building
+    finally:
+        page.vega_bundle.cache_clear()

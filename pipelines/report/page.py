@@ -9,17 +9,44 @@ from __future__ import annotations
 
 import html
 import json
+import os
+import tempfile
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import altair as alt
 import vl_convert
 
 
+def cache_dir() -> Path:
+    """Where built files are kept between runs: $WIRESPEED_CACHE, else the user's cache folder."""
+    if os.environ.get("WIRESPEED_CACHE"):
+        return Path(os.environ["WIRESPEED_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "wirespeed"
+
+
 @cache
 def vega_bundle() -> str:
-    """Vega, Vega-Lite and vega-embed as one script that defines `window.vegaEmbed`."""
-    return vl_convert.javascript_bundle()
+    """Vega, Vega-Lite and vega-embed as one script that defines `window.vegaEmbed`.
+
+    Building it takes about a second, so it is built once per vl-convert version and kept in the
+    cache folder; a folder that cannot be written only costs the rebuild.
+    """
+    path = cache_dir() / f"vega-bundle-vl-convert-{vl_convert.__version__}.js"
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        pass
+    bundle = vl_convert.javascript_bundle()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False, suffix=".part") as part:
+            part.write(bundle)
+        os.replace(part.name, path)  # whole or not at all, even with reports written in parallel
+    except OSError:
+        pass
+    return bundle
 
 
 def script_json(value) -> str:
