@@ -68,12 +68,14 @@ def _run(args, store: Warehouse, settings, reduce_cost, targets) -> list[dict]:
     version = store.published(args.run_id)
     if version is None:
         raise LookupError(f"run {args.run_id!r} is not in the warehouse {store.root}")
-    paper_only = [flag for flag, given in (("--fusion", args.fusion not in (None, "observed")), ("--baseline", args.baseline),
-                                           ("--compute-ms", args.compute_ms is not None), ("--reduce-cost", args.reduce_cost)) if given]
-    if args.model == "paper" and args.at_line_rate:
-        paper_only.append("--at-line-rate (the paper's model always is)")
-    if args.model == "replay" and paper_only and not args.at_line_rate:
-        raise ValueError(f"{', '.join(paper_only)} belong to the paper's model: add --model paper")
+    if args.model == "replay":
+        misplaced = [flag for flag, given in (
+            ("--fusion", args.fusion not in (None, "observed")), ("--baseline", args.baseline),
+            ("--compute-ms", args.compute_ms is not None), ("--reduce-cost", args.reduce_cost)) if given]
+        if misplaced:
+            raise ValueError(f"{', '.join(misplaced)}: the paper's model's options; add --model paper")
+    elif args.at_line_rate:
+        raise ValueError("--at-line-rate is the replay's: the paper's model always runs at line rate")
     con = open_version(version, settings, args.run_id, TABLES)
     try:
         if args.model == "replay":
