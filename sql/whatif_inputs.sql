@@ -3,24 +3,25 @@
 -- The replay (docs/whatif.md, `pipelines/replay.py`) keeps each rank's timeline as measured and
 -- moves only what a different link would move: each collective's duration, and the waits that
 -- ended when it completed. A collective (matched across ranks, `collective_sync`) begins when its
--- last rank arrives (`begin_ns`) and ends at `collective_end_ns`; the time between is its transfer
--- at the line rate of its link, `wire_ns` = 8 S f / link_gbps (f the bus-bandwidth factor of its
--- op and group size, the share of S each rank sends), plus `rest_ns`, what a faster link would
--- not shorten: latency, protocol and copy overheads. The two are told apart per link and rank:
--- collectives whose begin-to-end spans overlap on one rank and link form a busy period of length
--- L, which at line rate takes the sum of their wire times, and the rest, max(0, L - sum of wire),
--- is shared equally among them (each collective keeps the least share it has on any of its
--- ranks). How long a rank waited for a late rank is not in the rest: the replay finds it again
--- from when the ranks arrive. A collective of unknown size, or on a link of unknown rate, is all
--- rest (the replay cannot scale it).
+-- last rank arrives (`begin_ns`) and ends at `collective_end_ns`. Its time is told apart into what
+-- a faster link shortens in proportion (`transfer_ns`) and what it does not (`rest_ns`), per rank
+-- and link: collectives whose begin-to-end spans overlap on one rank and link form a busy period,
+-- and each takes an equal share of its length (the least share it has on any of its ranks). The
+-- part of a share no link shortens is the latency of its op on its link: the intercept of a
+-- least-squares line of share against wire time over the run's collectives of that op and link
+-- (0 when they all have one size), where `wire_ns` = 8 S f / link_gbps is the transfer at full
+-- line rate (f the bus-bandwidth factor of its op and group size, the share of S each rank
+-- sends). The rest of the share is transfer. How long a rank waited for a late rank is in
+-- neither: the replay finds it again from when the ranks arrive. A collective of unknown size,
+-- or on a link of unknown rate, is all rest (the replay cannot scale it).
 --
 -- What waited for a collective: where a rank's instance ends inside a wait (exposed stretches of
 -- `step_timeline`, those less than 1 ms apart joined into one), the rank was waiting for it:
--- `waited_ns` is the part of the wait since the last earlier instance end in it (or its start). An instance is tied to its collective
--- when it ended with it (after the first half of the begin-to-end span; a send that returned once
--- its data was buffered is not); where a tied instance ends while the rank was busy, the rank
--- needed it later, at the latest at its next exposed stretch or the end of its step: `slack_ns` is
--- how long after.
+-- `waited_ns` is the part of the wait since the last earlier instance end in it (or its start).
+-- An instance is tied to its collective when it ended with it (after the first half of the
+-- begin-to-end span; a send that returned once its data was buffered is not); where a tied
+-- instance ends while the rank was busy, the rank needed it later, at the latest at its next
+-- wait or the end of its step: `slack_ns` is how long after.
 --
 -- Grain: one row per run, rank and collective instance that ended in a step.
 --
@@ -45,7 +46,7 @@
 --   transfer_ns BIGINT  The part of its time a faster link shortens in proportion.
 --   rest_ns BIGINT  The part no link shortens: the latency of its op on its link.
 --   tied BOOLEAN  Whether this rank's instance ended with the collective.
---   waited_ns BIGINT  How long this rank waited, exposed, for the collective to end.
+--   waited_ns BIGINT  How long this rank waited, exposed, for its instance to end.
 --   slack_ns BIGINT  For a tied instance that ended while the rank was busy: how long after its
 --       end the rank next waited for communication or ended its step; NULL otherwise.
 --   step_ns BIGINT  This rank's step (step_breakdown.step_ns).
