@@ -50,14 +50,19 @@ class Scenario:
     line_rate: bool = False  # transfers at the link's full line rate, not at the rate they achieved
 
 
-def traffic_factor(op: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """The bus-bandwidth factor (sql/macros.sql busbw_factor) for larger group sizes."""
-    n = n.astype(float)
-    return np.select(
-        [op == "allreduce", np.isin(op, ("allgather", "reducescatter", "alltoall"))],
-        [2 * (n - 1) / n, (n - 1) / n],
-        1.0,
-    )
+def busbw_factors(con) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The bus-bandwidth factor of each (op, group size), by its one definition (sql/macros.sql
+    `busbw_factor`), in session `con`; 0 where it has none."""
+
+    def factors(op: np.ndarray, n: np.ndarray) -> np.ndarray:
+        rows = con.execute(
+            "SELECT coalesce(busbw_factor(o, n), 0) FROM (SELECT unnest($op) AS o, unnest($n) AS n, "
+            "unnest(range(len($op))) AS i) ORDER BY i",
+            {"op": [str(x) for x in op], "n": [int(x) for x in n]},
+        ).fetchall()
+        return np.array([row[0] for row in rows], dtype=float)
+
+    return factors
 
 
 def channels(rank: int, intra: bool, op: str) -> list[tuple]:
@@ -71,7 +76,8 @@ def channels(rank: int, intra: bool, op: str) -> list[tuple]:
 class Replay:
     """The collectives and waits of a run (`whatif_inputs` rows) and its rank-steps (step_breakdown)."""
 
-    def __init__(self, inputs: pa.Table, steps: pa.Table):
+    def __init__(self, inputs: pa.Table, steps: pa.Table, factors: Callable[[np.ndarray, np.ndarray], np.ndarray]):
+        self.factors = factors  # the bus-bandwidth factor of (op, group size), for larger groups
         rows = {name: inputs.column(name).to_numpy(zero_copy_only=False) for name in inputs.column_names}
         self.rows = rows
         self.count = len(rows["rank"])
@@ -145,8 +151,8 @@ class Replay:
     def _traffic_growth(self, multiple: int) -> np.ndarray:
         """Per row, how much more each rank sends with `multiple` times the data-parallel ranks."""
         grows = np.isin(self.dimension, SCALED_DIMENSIONS)
-        before = traffic_factor(self.op, self.group_size)
-        after = traffic_factor(self.op, self.group_size * multiple)
+        before = np.nan_to_num(self.rows["traffic_factor"].astype(float), nan=0.0)
+        after = self.factors(self.op, self.group_size * multiple)
         return np.where(grows & (before > 0), after / np.where(before > 0, before, 1.0), 1.0)
 
     def durations(self, scenarios: list[Scenario]) -> np.ndarray:
@@ -346,7 +352,7 @@ def model_of(con) -> Model | None:
     if not inputs.num_rows:
         return None
     world_size, network_gbps, intra_gbps = con.execute(RUN_QUERY).fetchall()[0]
-    replay = Replay(inputs, con.sql(STEPS_QUERY).to_arrow_table())
+    replay = Replay(inputs, con.sql(STEPS_QUERY).to_arrow_table(), busbw_factors(con))
     return Model(replay, world_size or int(np.unique(inputs.column("rank").to_numpy()).size), network_gbps, intra_gbps)
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import statistics
 
+import duckdb
 import pyarrow as pa
 import pytest
 
 from conftest import ingest_directly, wirespeed
-from pipelines.replay import Cell, Model, Replay, Scenario
+from pipelines import sql
+from pipelines.replay import Cell, Model, Replay, Scenario, busbw_factors
 from pipelines.warehouse import Warehouse
 
 MS = 1_000_000
@@ -27,21 +29,30 @@ def inputs(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(full)
 
 
+@pytest.fixture(scope="module")
+def factors():
+    """The bus-bandwidth factors, from the macros of a session of their own."""
+    con = duckdb.connect()
+    sql.run_macros(con)
+    yield busbw_factors(con)
+    con.close()
+
+
 def steps(step_ms: float, exposed_ms: float, ranks: int = 2) -> pa.Table:
     return pa.table({"rank": list(range(ranks)), "step": [1] * ranks, "window_start_ns": [0] * ranks,
                      "window_end_ns": [int(step_ms * MS)] * ranks, "step_ns": [int(step_ms * MS)] * ranks,
                      "compute_ns": [int((step_ms - exposed_ms) * MS)] * ranks})
 
 
-def one_wait() -> Replay:
+def one_wait(factors) -> Replay:
     """Two ranks arrive at 40 ms for a 20 ms all-reduce (1 Gbit/s) and wait for it; steps of 100 ms."""
     row = {"step": 1, "collective_key": "a", "start_ns": 40, "end_ns": 60, "begin_ns": 40, "collective_end_ns": 60,
            "transfer_ns": 20, "waited_ns": 20}
-    return Replay(inputs([{**row, "rank": 0}, {**row, "rank": 1}]), steps(100, 20))
+    return Replay(inputs([{**row, "rank": 0}, {**row, "rank": 1}]), steps(100, 20), factors)
 
 
-def test_a_wait_moves_with_its_collective():
-    step_ns, exposure = one_wait().run([
+def test_a_wait_moves_with_its_collective(factors):
+    step_ns, exposure = one_wait(factors).run([
         Scenario(1.0), Scenario(2.0), Scenario(0.5),
         Scenario(1.0, compression=(("tp", 4.0),)), Scenario(1.0, compression=(("dp", 4.0),)),
     ])
@@ -49,9 +60,9 @@ def test_a_wait_moves_with_its_collective():
     assert (exposure[0] / MS).tolist() == [20, 10, 40, 5, 20]
 
 
-def test_searches_per_dimension_and_link():
+def test_searches_per_dimension_and_link(factors):
     """t_1 = 80 ms and SF(B, c) = 80 / (80 + 20 / (B c)): SF 0.9 needs B c = 2.25."""
-    model = Model(one_wait(), 2, 1.0, None)
+    model = Model(one_wait(factors), 2, 1.0, None)
     rows = {(r["dimension"], r["target"]): r for r in model.targets([Cell(2, 1.0, 1.0)], (0.9,))}
     assert rows["all", 0.9]["min_compression"] == pytest.approx(2.25, rel=1e-4)
     assert rows["tp", 0.9]["min_compression"] == pytest.approx(2.25, rel=1e-4)
@@ -65,7 +76,7 @@ def test_searches_per_dimension_and_link():
     assert exposed == {"tp": pytest.approx(20 * MS / 2.25, abs=1), "fixed": 0}
 
 
-def test_searches_compress_one_dimension_and_speed_up_one_link():
+def test_searches_compress_one_dimension_and_speed_up_one_link(factors):
     """A 20 ms tensor-parallel all-reduce inside the host (100 Gbit/s), then a 20 ms data-parallel
     one over the network (1 Gbit/s), both waited for: t_1 = 60 ms of a 100 ms step. SF 0.7 needs
     the exposed 40 ms down to 25.71: compressing everything 40 / 25.71 = 1.556 times, the dp
@@ -76,7 +87,7 @@ def test_searches_compress_one_dimension_and_speed_up_one_link():
                      "collective_end_ns": 50, "transfer_ns": 20, "waited_ns": 20, "scope": "intra", "link_gbps": 100.0})
         rows.append({"rank": rank, "step": 1, "collective_key": "dp", "dimension": "dp", "start_ns": 70, "end_ns": 90,
                      "begin_ns": 70, "collective_end_ns": 90, "transfer_ns": 20, "waited_ns": 20})
-    model = Model(Replay(inputs(rows), steps(100, 40)), 2, 1.0, 100.0)
+    model = Model(Replay(inputs(rows), steps(100, 40), factors), 2, 1.0, 100.0)
     found = {(r["dimension"]): r for r in model.targets([Cell(2, 1.0, 1.0)], (0.7,))}
     assert found["all"]["min_compression"] == pytest.approx(40 / (60 / 0.7 - 60), rel=1e-4)
     assert found["dp"]["min_compression"] == pytest.approx(20 / (60 / 0.7 - 80), rel=1e-4)
@@ -88,7 +99,7 @@ def test_searches_compress_one_dimension_and_speed_up_one_link():
     assert reach == {"all": True, "dp": False, "tp": False}
 
 
-def test_one_link_carries_one_collective_at_a_time():
+def test_one_link_carries_one_collective_at_a_time(factors):
     """c1 (10-50 ms) and c2 (ready at 20 ms, begun at 50 ms when the link freed, ended at 90 ms); both
     ranks wait for c2 from 70 ms. At 2 Gbit/s c2 begins at 30 and ends at 50; at 0.5 at 90 and 170."""
     rows = []
@@ -97,12 +108,13 @@ def test_one_link_carries_one_collective_at_a_time():
                      "collective_end_ns": 50, "transfer_ns": 40, "dimension": "dp"})
         rows.append({"rank": rank, "step": 1, "collective_key": "c2", "start_ns": 20, "end_ns": 90, "begin_ns": 50,
                      "collective_end_ns": 90, "transfer_ns": 40, "waited_ns": 20, "dimension": "dp"})
-    replay = Replay(inputs(rows), steps(100, 20))
-    step_ns, _ = replay.run([Scenario(1.0), Scenario(2.0), Scenario(0.5)])
-    assert (step_ns[0] / MS).tolist() == [100, 80, 180]
+    replay = Replay(inputs(rows), steps(100, 20), factors)
+    step_ns, _ = replay.run([Scenario(1.0), Scenario(2.0), Scenario(0.5), Scenario(1.0, rank_multiple=8)])
+    # 16 ranks instead of 2: each dp all-reduce sends 2 * 15/16 of S, not 1: 75 ms each.
+    assert (step_ns[0] / MS).tolist() == [100, 80, 180, 170]
 
 
-def test_a_late_rank_is_waited_for_and_a_buffered_send_is_not():
+def test_a_late_rank_is_waited_for_and_a_buffered_send_is_not(factors):
     """Rank 1 arrives 10 ms after rank 0 and both wait for the transfer; a send that returned at
     once leaves its rank free. Halving the transfer saves both 10 ms; the late rank's lateness stays."""
     rows = [
@@ -115,7 +127,7 @@ def test_a_late_rank_is_waited_for_and_a_buffered_send_is_not():
         {"rank": 1, "step": 1, "collective_key": "s", "op": "recv", "start_ns": 65, "end_ns": 90, "begin_ns": 70,
          "collective_end_ns": 90, "transfer_ns": 20, "waited_ns": 25, "dimension": "pp"},
     ]
-    step_ns, _ = Replay(inputs(rows), steps(100, 30)).run([Scenario(1.0), Scenario(2.0), Scenario(1e9)])
+    step_ns, _ = Replay(inputs(rows), steps(100, 30), factors).run([Scenario(1.0), Scenario(2.0), Scenario(1e9)])
     assert (step_ns[:, 1] / MS).round(6).tolist() == [90, 80]
     # At any speed rank 0 still waits the 10 ms rank 1 was late.
     assert step_ns[0, 2] / MS == pytest.approx(80, abs=1e-3)
