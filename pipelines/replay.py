@@ -231,23 +231,20 @@ class Cell:
 class Model:
     """The replay of one run, as the what-if tables and the CLI ask it: cells, searches, dimensions."""
 
-    def __init__(self, replay: Replay, world_size: int, network_gbps: float | None, intra_gbps: float | None):
+    def __init__(self, replay: Replay, world_size: int):
         self.replay = replay
         self.world_size = world_size
-        self.network_gbps = network_gbps
-        self.intra_gbps = intra_gbps
         self.dimensions = sorted(set(replay.dimension))
 
     def scenario(self, cell: Cell, dimension: str = "all", intra_gbps: float | None = None) -> Scenario:
         return Scenario(cell.bandwidth_gbps, intra_gbps, ((dimension, cell.compression),), cell.ranks // self.world_size,
                         cell.line_rate)
 
-    def scaling(self, scenarios: list[Scenario]) -> tuple[np.ndarray, np.ndarray]:
-        """Median replayed step and scaling factor t_1 / step per scenario (medians over rank-steps:
-        a trace's last step often holds the profiler's own teardown)."""
+    def scaling(self, scenarios: list[Scenario]) -> np.ndarray:
+        """The scaling factor t_1 / step per scenario, of the median replayed step (medians over
+        rank-steps: a trace's last step often holds the profiler's own teardown)."""
         step_ns, _ = self.replay.run(scenarios)
-        typical = np.median(step_ns, axis=0)
-        return typical, np.median(self.replay.compute_ns) / typical
+        return np.median(self.replay.compute_ns) / np.median(step_ns, axis=0)
 
     def cells(self, cells: list[Cell]) -> tuple[list[dict], list[dict]]:
         """Per cell its predicted step; per cell and dimension the exposed communication."""
@@ -283,12 +280,12 @@ class Model:
         makes = [make for make, _, _ in problems]
         goal = np.array([target for _, target, _ in problems])
         low, high = (np.array([bounds[k] for _, _, bounds in problems]) for k in (0, 1))
-        _, ends = self.scaling([make(UNBOUNDED) for make in makes] + [make(x) for make, x in zip(makes, low)])
+        ends = self.scaling([make(UNBOUNDED) for make in makes] + [make(x) for make, x in zip(makes, low)])
         reachable, already = ends[: len(goal)] >= goal, ends[len(goal):] >= goal
         lo, hi = np.log(low), np.log(high)
         for _ in range(SEARCH_STEPS):
             middle = (lo + hi) / 2
-            _, sf = self.scaling([make(float(np.exp(m))) for make, m in zip(makes, middle)])
+            sf = self.scaling([make(float(np.exp(m))) for make, m in zip(makes, middle)])
             hi, lo = np.where(sf >= goal, middle, hi), np.where(sf >= goal, lo, middle)
         return [float(x) if a else (float(np.exp(h)) if r else None) for a, r, h, x in zip(already, reachable, hi, low)]
 
@@ -298,7 +295,7 @@ class Model:
         as measured; the same at every B) and the least intra-host rate (network at the cell's B)."""
         places = sorted({(c.ranks, c.bandwidth_gbps, c.line_rate) for c in cells})
         dimensions = ["all", *self.dimensions]
-        has_intra = bool(self.intra_gbps) and bool(self.replay.intra.any())
+        has_intra = bool((self.replay.intra & (self.replay.link_gbps > 0)).any())  # intra-host links of known rate
         problems: dict[tuple, tuple] = {}
         for r, b, f in places:
             for t in targets:
@@ -331,7 +328,7 @@ def _scope(replay: Replay, chosen: np.ndarray) -> str | None:
     return str(values[counts.argmax()])
 
 
-RUN_QUERY = "SELECT any_value(world_size), any_value(link_gbps), any_value(intra_link_gbps) FROM runs"
+RUN_QUERY = "SELECT any_value(world_size) FROM runs"
 QUERIES = (INPUTS_QUERY, STEPS_QUERY, RUN_QUERY)
 CELL_COLUMNS = {"scenario": pa.string(), "ranks": pa.int32(), "bandwidth_gbps": pa.float64(), "compression": pa.float64(),
                 "transfers": pa.string(),
@@ -351,9 +348,9 @@ def model_of(con) -> Model | None:
     inputs = con.sql(INPUTS_QUERY).to_arrow_table()
     if not inputs.num_rows:
         return None
-    world_size, network_gbps, intra_gbps = con.execute(RUN_QUERY).fetchall()[0]
+    (world_size,) = con.execute(RUN_QUERY).fetchall()[0]
     replay = Replay(inputs, con.sql(STEPS_QUERY).to_arrow_table(), busbw_factors(con))
-    return Model(replay, world_size or int(np.unique(inputs.column("rank").to_numpy()).size), network_gbps, intra_gbps)
+    return Model(replay, world_size or int(np.unique(inputs.column("rank").to_numpy()).size))
 
 
 def register(con, rank_multiples: tuple[int, ...], bandwidths_gbps: tuple[float, ...], compressions: tuple[float, ...],

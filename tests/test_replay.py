@@ -62,7 +62,7 @@ def test_a_wait_moves_with_its_collective(factors):
 
 def test_searches_per_dimension_and_link(factors):
     """t_1 = 80 ms and SF(B, c) = 80 / (80 + 20 / (B c)): SF 0.9 needs B c = 2.25."""
-    model = Model(one_wait(factors), 2, 1.0, None)
+    model = Model(one_wait(factors), 2)
     rows = {(r["dimension"], r["target"]): r for r in model.targets([Cell(2, 1.0, 1.0)], (0.9,))}
     assert rows["all", 0.9]["min_compression"] == pytest.approx(2.25, rel=1e-4)
     assert rows["tp", 0.9]["min_compression"] == pytest.approx(2.25, rel=1e-4)
@@ -87,7 +87,7 @@ def test_searches_compress_one_dimension_and_speed_up_one_link(factors):
                      "collective_end_ns": 50, "transfer_ns": 20, "waited_ns": 20, "scope": "intra", "link_gbps": 100.0})
         rows.append({"rank": rank, "step": 1, "collective_key": "dp", "dimension": "dp", "start_ns": 70, "end_ns": 90,
                      "begin_ns": 70, "collective_end_ns": 90, "transfer_ns": 20, "waited_ns": 20})
-    model = Model(Replay(inputs(rows), steps(100, 40), factors), 2, 1.0, 100.0)
+    model = Model(Replay(inputs(rows), steps(100, 40), factors), 2)
     found = {(r["dimension"]): r for r in model.targets([Cell(2, 1.0, 1.0)], (0.7,))}
     assert found["all"]["min_compression"] == pytest.approx(40 / (60 / 0.7 - 60), rel=1e-4)
     assert found["dp"]["min_compression"] == pytest.approx(20 / (60 / 0.7 - 80), rel=1e-4)
