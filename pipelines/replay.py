@@ -54,13 +54,20 @@ def busbw_factors(con) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The bus-bandwidth factor of each (op, group size), by its one definition (sql/macros.sql
     `busbw_factor`), in session `con`; 0 where it has none."""
 
+    known: dict[tuple[str, int], float] = {}  # a replay asks for the same few pairs many times
+
     def factors(op: np.ndarray, n: np.ndarray) -> np.ndarray:
-        rows = con.execute(
-            "SELECT coalesce(busbw_factor(o, n), 0) FROM (SELECT unnest($op) AS o, unnest($n) AS n, "
-            "unnest(range(len($op))) AS i) ORDER BY i",
-            {"op": [str(x) for x in op], "n": [int(x) for x in n]},
-        ).fetchall()
-        return np.array([row[0] for row in rows], dtype=float)
+        names, name_code = np.unique(op.astype(str), return_inverse=True)
+        codes, inverse = np.unique(np.stack([name_code.ravel(), n.astype(int).ravel()], axis=1), axis=0, return_inverse=True)
+        pairs = [(str(names[c]), int(k)) for c, k in codes]
+        missing = [pair for pair in pairs if pair not in known]
+        if missing:
+            rows = con.execute(
+                "SELECT o, n, coalesce(busbw_factor(o, n), 0) FROM (SELECT unnest($op) AS o, unnest($n) AS n)",
+                {"op": [o for o, _ in missing], "n": [k for _, k in missing]},
+            ).fetchall()
+            known.update({(o, k): f for o, k, f in rows})
+        return np.array([known[pair] for pair in pairs], dtype=float)[inverse.ravel()].reshape(np.shape(op))
 
     return factors
 

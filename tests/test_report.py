@@ -65,6 +65,16 @@ def test_report_renders_offline_in_a_browser(nccl_report, tmp_path):
     assert "Which parallel dimension waits?" in dom and re.search(r"<td>default_pg</td>\s*<td>dp</td>", dom)
 
 
+def test_every_chart_is_valid_vega_lite(nccl_report, tmp_path, monkeypatch):
+    """A report skips Altair's schema check for speed; with it on, the same report still renders."""
+    from pipelines.report import page
+
+    monkeypatch.setattr(page, "VALIDATE", True)
+    store = Warehouse(nccl_report.parent.parent)
+    checked = report_run(store, Settings(), "nccl_data", tmp_path / "checked.html")
+    assert len(re.findall(r"id='chart-\d+'", checked.read_text())) == 7
+
+
 def test_trace_text_is_escaped(tmp_path):
     """Names from a trace cannot run script in the report (checked in a real browser)."""
     attack = "<script>document.title='pwned'</script><img src=x onerror=\"document.body.dataset.pwned=1\">"

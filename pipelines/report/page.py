@@ -9,44 +9,26 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 import altair as alt
 import vl_convert
 
+from pipelines.cache import kept
 
-def cache_dir() -> Path:
-    """Where built files are kept between runs: $WIRESPEED_CACHE, else the user's cache folder."""
-    if os.environ.get("WIRESPEED_CACHE"):
-        return Path(os.environ["WIRESPEED_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "wirespeed"
+# Checking every spec against the Vega-Lite schema costs a tenth of a report's time; the tests
+# turn it on for every chart, and the charts are fixed code, so a report skips it.
+VALIDATE = False
 
 
 @cache
 def vega_bundle() -> str:
     """Vega, Vega-Lite and vega-embed as one script that defines `window.vegaEmbed`.
 
-    Building it takes about a second, so it is built once per vl-convert version and kept in the
-    cache folder; a folder that cannot be written only costs the rebuild.
+    Building it takes about a second, so it is built once per vl-convert version and kept.
     """
-    path = cache_dir() / f"vega-bundle-vl-convert-{vl_convert.__version__}.js"
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        pass
-    bundle = vl_convert.javascript_bundle()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False, suffix=".part") as part:
-            part.write(bundle)
-        os.replace(part.name, path)  # whole or not at all, even with reports written in parallel
-    except OSError:
-        pass
-    return bundle
+    return kept(f"vega-bundle-vl-convert-{vl_convert.__version__}.js", vl_convert.javascript_bundle)
 
 
 def script_json(value) -> str:
@@ -102,7 +84,7 @@ class Page:
         element = f"chart-{len(self.charts)}"
         # The report's queries bound their rows themselves (MAX_STRETCHES, MAX_POINTS, ...).
         with alt.data_transformers.disable_max_rows():
-            self.charts.append((element, chart.to_dict()))
+            self.charts.append((element, chart.to_dict(validate=VALIDATE)))
         return f"<div class='chart' id='{element}'></div>"
 
     def render(self) -> str:
