@@ -8,14 +8,18 @@ until the last query that reads them, so that a large run's analysis stays withi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
 from pipelines import replay, sql, whatif
+from pipelines.cache import kept
 from pipelines.kineto.normalize import MAX_PLAUSIBLE_DUR_NS
 from pipelines.settings import Settings
 from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
@@ -63,6 +67,7 @@ class AnalysisSummary:
     rows: dict[str, int]
     seconds: float
     table_seconds: dict[str, float]  # building each table (intermediates too) and writing it, in build order
+    finished: Any = None  # what `finish` returned
 
 
 def open_version(
@@ -124,18 +129,27 @@ def _reads(order: tuple[str, ...] = BUILD_ORDER) -> dict[str, set[str]]:
 
     DuckDB's own parser says which relations a query names, so neither comments nor columns that
     share a table's name count; the what-if costs also read the query run just before them, and a
-    table built on the replay's registered tables reads what the replay's queries read.
+    table built on the replay's registered tables reads what the replay's queries read. Parsing
+    takes a fifth of a second, so the answer is kept, under a digest of every query it read.
     """
+    queries = {name: sql.table(name).query for name in order}
+    digest = hashlib.sha256(
+        json.dumps([duckdb.__version__, PARSE_TABLES, queries, replay.QUERIES, WHATIF_INPUTS_QUERY]).encode()
+    ).hexdigest()[:20]
+    reads = json.loads(kept(f"reads-{digest}.json", lambda: json.dumps(_parsed_reads(order, queries))))
+    return {name: set(tables) for name, tables in reads.items()}
+
+
+def _parsed_reads(order: tuple[str, ...], queries: dict[str, str]) -> dict[str, list[str]]:
     con = duckdb.connect()
     reads = {}
     try:
         replayed = set().union(*(_relations(con, query) for query in replay.QUERIES))
         for position, name in enumerate(order):
-            text = sql.table(name).query
-            named = _relations(con, text) | (_relations(con, WHATIF_INPUTS_QUERY) if name == WHATIF_START else set())
+            named = _relations(con, queries[name]) | (_relations(con, WHATIF_INPUTS_QUERY) if name == WHATIF_START else set())
             if named & set(REPLAY_TABLES):
                 named |= replayed
-            reads[name] = named & set(PARSE_TABLES + order[:position])
+            reads[name] = sorted(named & set(PARSE_TABLES + order[:position]))
     finally:
         con.close()
     return reads
@@ -205,8 +219,15 @@ def _publish(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> int:
     return written
 
 
-def analyze_run(run_id: str, version: Path, warehouse: Warehouse, settings: Settings) -> AnalysisSummary:
-    """Build every analysis table of the run from its parse tables, into `version`."""
+def analyze_run(
+    run_id: str, version: Path, warehouse: Warehouse, settings: Settings,
+    finish: Callable[[duckdb.DuckDBPyConnection], Any] | None = None,
+) -> AnalysisSummary:
+    """Build every analysis table of the run from its parse tables, into `version`.
+
+    `finish` runs in the session once every table is built, where each table is a view of its
+    file: checks read the run there without opening a session of their own.
+    """
     started = time.perf_counter()
     con = open_version(version, settings, run_id)
     rows: dict[str, int] = {}
@@ -226,7 +247,8 @@ def analyze_run(run_id: str, version: Path, warehouse: Warehouse, settings: Sett
             for finished in done_after.get(name, []):
                 con.execute(f'DROP TABLE "{finished}"').fetchall()
             seconds[name] = time.perf_counter() - table_started
+        finished = finish(con) if finish else None
     finally:
         con.close()
     published = {name: rows[name] for name in ANALYSIS_TABLES}
-    return AnalysisSummary(run_id, published, time.perf_counter() - started, seconds)
+    return AnalysisSummary(run_id, published, time.perf_counter() - started, seconds, finished)

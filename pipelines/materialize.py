@@ -1,30 +1,27 @@
-"""Ingest runs from the command line by materialising the Dagster assets in this process.
+"""Ingest runs from the command line: the stages of the Dagster assets, run in this process.
 
-The CLI runs exactly what the scheduled pipeline runs (the same assets, checks and resources),
-only in-process and on the paths it is given, registered as dynamic partitions first. With
-DAGSTER_HOME set the runs are recorded in that instance and show up in the Dagster UI; without it
-they use a throwaway in-memory instance. Afterwards it rebuilds the cross-run roll-ups (which the
-schedule otherwise does hourly), so a query right after an ingest sees its verdict.
+With DAGSTER_HOME set, the CLI materialises the assets themselves (same checks and resources),
+so the runs are recorded in that instance and show up in the Dagster UI. Without it, it runs the
+same stage functions directly (pipelines/stages.py): no Dagster import, instance or run
+machinery, which would be most of a small ingest's time. Either way the stages write the same
+tables, and the cross-run roll-ups are updated for the runs just ingested (the schedule
+otherwise rebuilds them whole), so a query right after an ingest sees their verdicts.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import dagster as dg
 from tqdm import tqdm
 
-from pipelines import rollups, settings, sql
-from pipelines.defs.ingest.assets import analyzed_run, normalized_run
-from pipelines.defs.partitions import runs_partitions
-from pipelines.defs.reports.assets import run_report
-from pipelines.defs.resources import IngestProgress, WarehouseResource
+from pipelines import rollups, settings, sql, stages
 from pipelines.sources import discover, run_id_for
 from pipelines.warehouse import Warehouse, check_run_id
-
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 @dataclass
@@ -48,8 +45,8 @@ class IngestResult:
         return f"{self.run_id}: {share}{self.bottleneck}{checks}; report {self.report}"
 
 
-class BarProgress(IngestProgress):
-    """Feeds ingest progress into a tqdm bar."""
+class BarProgress:
+    """Feeds ingest progress into a tqdm bar (the `ingest_progress` resource of the assets)."""
 
     def __init__(self, bar: tqdm):
         self.bar = bar
@@ -58,8 +55,13 @@ class BarProgress(IngestProgress):
         self.bar.update(nbytes)
 
 
-def instance() -> dg.DagsterInstance:
-    return dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+@dataclass
+class StagesRun:
+    """How one run's stages went: the first error, if any, and the checks that failed."""
+
+    error: str | None
+    failed_checks: list[str]
+    verdicts: list = field(default_factory=list)  # the checks' verdicts, where the stages ran here
 
 
 def ingest_paths(
@@ -83,47 +85,119 @@ def ingest_paths(
         raise ValueError(f"two paths would get the same run id: {sorted(n for n in names if names.count(n) > 1)}")
     store = Warehouse(warehouse_dir)
     store.ensure()
-    dagster = instance()
-    known = set(dagster.get_dynamic_partitions(runs_partitions.name))
-    dagster.add_dynamic_partitions(runs_partitions.name, [n for n in names if n not in known])
     total = 0
     for _, path in runs:
         source = discover(path)
         total += sum(p.stat().st_size for p in source.trace_files + source.nccl_log_files if p.exists())
-    resource = WarehouseResource(root=str(store.root), landing=os.environ.get("WIRESPEED_LANDING", "landing"))
-    results = []
+    runner = ThroughDagster(store, names) if os.environ.get("DAGSTER_HOME") else Directly(store)
+    outcomes = {}
     with tqdm(total=total, unit="B", unit_scale=True, desc="ingest", disable=not progress) as bar:
         for name, path in runs:
             store.register_source(name, path, overrides)
             bar.set_postfix_str(name)
-            outcome = dg.materialize(
-                [normalized_run, analyzed_run, run_report],
-                partition_key=name,
-                instance=dagster,
-                resources={"warehouse": resource, "ingest_progress": BarProgress(bar)},
-                run_config=QUIET_LOGS,
-                raise_on_error=False,
-            )
-            results.append(_result(outcome, name, path, store))
-    rollups.publish(store, settings.load(store.root))
-    return results
-
-
-def _result(outcome: dg.ExecuteInProcessResult, run_id: str, path: Path, store: Warehouse) -> IngestResult:
-    if not outcome.success:
-        failures = outcome.get_step_failure_events()
-        error = failures[0].event_specific_data.error.message.strip() if failures else "the run failed"
-        return IngestResult(run_id, path, False, error.splitlines()[0])
-    failed = [e.check_name for e in outcome.get_asset_check_evaluations() if not e.passed]
-    con = rollups.session(store, settings.load(store.root))
+            outcomes[name] = runner.run(name, BarProgress(bar))
+    runner.finish(outcomes)
+    ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
+    con = store.connect(runs=ingested, tables=("verdict",))
     try:
-        rollups.recompute(con)
-        sql.set_variables(con, run_id=run_id)
-        relation = con.sql(sql.report_query("verdict"))
-        verdict = dict(zip(relation.columns, relation.fetchall()[0], strict=True))
+        return [_result(outcomes[name], name, path, store, con) for name, path in runs]
     finally:
         con.close()
+
+
+def _landing() -> Path:
+    return Path(os.environ.get("WIRESPEED_LANDING", "landing"))
+
+
+def _failure(problem: Exception) -> StagesRun:
+    """A run whose stage raised fails, as a failed Dagster step would; the other runs go on."""
+    return StagesRun(str(problem) if isinstance(problem, stages.StageError) else f"{type(problem).__name__}: {problem}", [])
+
+
+class Directly:
+    """The stages as plain functions: parse and analyse each run, update the roll-ups for all of
+    them at once, then write each report from those roll-ups."""
+
+    def __init__(self, store: Warehouse):
+        # The report's imports (Altair) load while the first run is parsed.
+        threading.Thread(target=__import__, args=("pipelines.report",), daemon=True).start()
+        self.store = store
+        self.settings = settings.load(store.root)
+
+    def run(self, name: str, progress: BarProgress) -> StagesRun:
+        key = f"cli-{uuid.uuid4().hex}"
+        try:
+            parsed = stages.parse(self.store, self.settings, _landing(), name, key, progress.advance, publish=False)
+            analyzed = stages.analyze(self.store, self.settings, name, key)
+        except Exception as problem:  # any stage's failure fails this run only
+            return _failure(problem)
+        for line in parsed.warnings + analyzed.warnings:
+            print(f"wirespeed ingest: {line}", file=sys.stderr)
+        verdicts = parsed.verdicts + analyzed.verdicts
+        return StagesRun(None, [v.name for v in verdicts if not v.outcome.passed], verdicts)
+
+    def finish(self, outcomes: dict[str, StagesRun]) -> None:
+        ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
+        if ingested:
+            rollups.update(self.store, self.settings, ingested)
+        for name in ingested:
+            try:
+                stages.report(self.store, self.settings, name, outcomes[name].verdicts, stored_rollups=True)
+            except Exception as problem:  # the report's too
+                outcomes[name] = _failure(problem)
+
+
+class ThroughDagster:
+    """The assets of each run materialised in the instance at DAGSTER_HOME, one Dagster run per
+    run (report included); then the roll-ups updated for all of them."""
+
+    def __init__(self, store: Warehouse, names: list[str]):
+        import dagster as dg
+
+        from pipelines.defs.ingest.assets import analyzed_run, normalized_run
+        from pipelines.defs.partitions import runs_partitions
+        from pipelines.defs.reports.assets import run_report
+        from pipelines.defs.resources import WarehouseResource
+
+        self.dg = dg
+        self.assets = [normalized_run, analyzed_run, run_report]
+        self.store = store
+        self.instance = dg.DagsterInstance.get()
+        known = set(self.instance.get_dynamic_partitions(runs_partitions.name))
+        self.instance.add_dynamic_partitions(runs_partitions.name, [n for n in names if n not in known])
+        self.resource = WarehouseResource(root=str(store.root), landing=str(_landing()))
+
+    def run(self, name: str, progress: BarProgress) -> StagesRun:
+        outcome = self.dg.materialize(
+            self.assets,
+            partition_key=name,
+            instance=self.instance,
+            resources={"warehouse": self.resource, "ingest_progress": progress},
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            raise_on_error=False,
+        )
+        if not outcome.success:
+            failures = outcome.get_step_failure_events()
+            error = failures[0].event_specific_data.error.message.strip() if failures else "the run failed"
+            return StagesRun(error.splitlines()[0], [])
+        return StagesRun(None, [e.check_name for e in outcome.get_asset_check_evaluations() if not e.passed])
+
+    def finish(self, outcomes: dict[str, StagesRun]) -> None:
+        ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
+        if ingested:
+            rollups.update(self.store, settings.load(self.store.root), ingested)
+
+
+def _result(outcome: StagesRun, run_id: str, path: Path, store: Warehouse, con) -> IngestResult:
+    """The run's result line, with its verdict read from the roll-ups in session `con`."""
+    if outcome.error is not None:
+        return IngestResult(run_id, path, False, outcome.error)
+    sql.set_variables(con, run_id=run_id)
+    relation = con.sql(sql.report_query("verdict"))
+    verdict = dict(zip(relation.columns, relation.fetchall()[0], strict=True))
     share = verdict["exposed_comm_share"] if verdict["bottleneck"] not in ("no communication found", "no traces") else None
     link = {"inter": " over the network", "intra": " within a host"}.get(verdict["dominant_scope"], "")
     waits_for = f"{verdict['dominant_dimension']}{link}" if verdict["dominant_dimension"] else None
-    return IngestResult(run_id, path, True, None, failed, share, verdict["bottleneck"], store.report_path(run_id), waits_for)
+    return IngestResult(
+        run_id, path, True, None, outcome.failed_checks, share, verdict["bottleneck"], store.report_path(run_id), waits_for
+    )

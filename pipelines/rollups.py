@@ -1,10 +1,14 @@
 """Tables over all runs: the run summary, scaling across runs of a job, and each run's verdict.
 
-They are rebuilt on a schedule into the warehouse, and recomputed live (same SQL) wherever the
-freshest answer matters: a report, the CLI after an ingest.
+They are rebuilt whole on a schedule, updated for the runs just ingested after an ingest, and
+recomputed live (same SQL) wherever the freshest answer matters, such as a report. An update or
+a live answer reads only the runs it concerns and the other runs of their jobs, so it costs the
+same in a warehouse of ten runs as in one of ten thousand.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import duckdb
 
@@ -13,13 +17,37 @@ from pipelines.kineto.normalize import MAX_PLAUSIBLE_DUR_NS
 from pipelines.settings import Settings
 from pipelines.warehouse import ROLLUP_TABLES, Warehouse
 
+# The runs whose roll-up rows depend on `changed`: those runs and every run of their jobs, under
+# the job each has now and the one the stored roll-ups knew it by (scaling compares within a job).
+_JOB_MATES = """
+WITH jobs AS (
+  SELECT coalesce(job, run_id) AS job FROM runs WHERE list_contains(getvariable('changed'), run_id)
+  UNION
+  SELECT job FROM scaling WHERE list_contains(getvariable('changed'), run_id)
+)
+SELECT run_id FROM runs WHERE coalesce(job, run_id) IN (SELECT job FROM jobs)
+"""
 
-def session(store: Warehouse, settings: Settings) -> duckdb.DuckDBPyConnection:
-    """A session over every published run, with the macros and thresholds the roll-ups use."""
-    con = store.connect(settings.threads)
+
+def session(store: Warehouse, settings: Settings, runs: Collection[str] | None = None) -> duckdb.DuckDBPyConnection:
+    """A session over every published run (or only `runs`), with the roll-ups' macros and thresholds.
+
+    Roll-up rows computed over `runs` are exact for runs whose job mates are all among them.
+    """
+    con = store.connect(settings.threads, runs)
     sql.set_variables(con, comm_pattern=settings.comm_regex(), max_dur_ns=MAX_PLAUSIBLE_DUR_NS, **settings.verdict)
     sql.run_macros(con)
     return con
+
+
+def job_mates(store: Warehouse, runs: Collection[str]) -> set[str]:
+    """`runs` and every run that shares a job with one of them."""
+    con = store.connect(tables=("runs", "scaling"))
+    try:
+        sql.set_variables(con, changed=sorted(runs))
+        return set(runs) | {run_id for (run_id,) in con.execute(_JOB_MATES).fetchall()}
+    finally:
+        con.close()
 
 
 def recompute(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
@@ -28,10 +56,23 @@ def recompute(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 
 def publish(store: Warehouse, settings: Settings) -> dict[str, int]:
-    """Recompute the roll-ups and replace their stored files."""
-    con = session(store, settings)
-    try:
-        recompute(con)
-        return {name: store.replace_rollup(name, con) for name in ROLLUP_TABLES}
-    finally:
-        con.close()
+    """Recompute the roll-ups over every run and replace their stored files."""
+    with store.rollup_lock():
+        con = session(store, settings)
+        try:
+            recompute(con)
+            return {name: store.replace_rollup(name, con) for name in ROLLUP_TABLES}
+        finally:
+            con.close()
+
+
+def update(store: Warehouse, settings: Settings, runs: Collection[str]) -> dict[str, int]:
+    """Recompute the roll-up rows that `runs` change and merge them into the stored files."""
+    with store.rollup_lock():
+        mates = job_mates(store, runs)
+        con = session(store, settings, mates)
+        try:
+            recompute(con)
+            return {name: store.replace_rollup(name, con, mates) for name in ROLLUP_TABLES}
+        finally:
+            con.close()

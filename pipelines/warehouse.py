@@ -28,7 +28,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from urllib.parse import quote, unquote
 
 import duckdb
@@ -147,19 +147,28 @@ class Warehouse:
         finally:
             con.close()
 
-    def view_sql(self, root_expr: str = "getvariable('wirespeed_root')") -> str:
-        """CREATE VIEW statements for every table: `runs/*/<table>/*.parquet`, `rollups/<table>/*.parquet`.
+    def view_sql(
+        self, root_expr: str = "getvariable('wirespeed_root')", run_dirs_expr: str | None = None,
+        names: tuple[str, ...] = TABLES + ROLLUP_TABLES,
+    ) -> str:
+        """CREATE VIEW statements for tables `names`: `runs/*/<table>/*.parquet`, `rollups/<table>/*.parquet`.
 
         `root_expr` is the SQL expression for the warehouse root: a session variable in the
         sessions this module opens, a literal only in the persistent catalog (a stored view
-        cannot refer to a parameter).
+        cannot refer to a parameter). `run_dirs_expr`, a list of run folders, replaces
+        `runs/*` in the per-run tables.
         """
-        globs = [(name, f"/runs/*/{name}/*.parquet") for name in TABLES]
-        globs += [(name, f"/rollups/{name}/*.parquet") for name in ROLLUP_TABLES]
+        def per_run(name: str) -> str:
+            if run_dirs_expr is None:
+                return f"{root_expr} || '/runs/*/{name}/*.parquet'"
+            return f"list_transform({run_dirs_expr}, lambda d: d || '/{name}/*.parquet')"
+
+        sources = [(name, per_run(name)) for name in TABLES if name in names]
+        sources += [(name, f"{root_expr} || '/rollups/{name}/*.parquet'") for name in ROLLUP_TABLES if name in names]
         return "\n".join(
             f'CREATE OR REPLACE VIEW "{name}" AS SELECT * FROM read_parquet('
-            f"{root_expr} || '{glob}', union_by_name = true, hive_partitioning = false);"
-            for name, glob in globs
+            f"{files}, union_by_name = true, hive_partitioning = false);"
+            for name, files in sources
         )
 
     def _write_catalog(self) -> None:
@@ -180,12 +189,25 @@ class Warehouse:
         os.replace(temporary, self.catalog_path)
         stamp.write_text(wanted)
 
-    def connect(self, threads: int | None = None) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB session with a view per table; it takes no lock on anything."""
+    def connect(
+        self, threads: int | None = None, runs: Collection[str] | None = None,
+        tables: tuple[str, ...] = TABLES + ROLLUP_TABLES,
+    ) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB session with a view per table of `tables`; it takes no lock on anything.
+
+        With `runs`, the per-run tables cover those published runs only: a session whose cost does
+        not grow with the warehouse. Each view reads its files' schemas when it is made, so a
+        session that needs few tables is quicker to open with only those.
+        """
         config = {"threads": threads} if threads else {}
         con = duckdb.connect(config=config)
         sql.set_variables(con, wirespeed_root=str(self.root))
-        con.execute(self.view_sql()).fetchall()
+        if runs is None:
+            con.execute(self.view_sql(names=tables)).fetchall()
+            return con
+        folders = [self.runs_dir / SCHEMA_DIR] + [self.runs_dir / run_dir_name(r) for r in sorted(runs) if self.published(r)]
+        sql.set_variables(con, run_dirs=[str(folder) for folder in folders])
+        con.execute(self.view_sql(run_dirs_expr="getvariable('run_dirs')", names=tables)).fetchall()
         return con
 
     # --- runs and versions ------------------------------------------------------------------
@@ -254,15 +276,32 @@ class Warehouse:
             if (replaced and age > GRACE_SECONDS) or age > ABANDONED_SECONDS:
                 shutil.rmtree(version, ignore_errors=True)
 
-    def replace_rollup(self, name: str, con: duckdb.DuckDBPyConnection) -> int:
-        """Write roll-up table `name`, already built in this session, and swap its file in atomically."""
-        rows = con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
+    def replace_rollup(self, name: str, con: duckdb.DuckDBPyConnection, runs: Collection[str] | None = None) -> int:
+        """Write roll-up table `name`, built in this session, and swap its file in atomically.
+
+        With `runs`, the session's table holds only those runs' rows: they replace the stored
+        rows of those runs, and the stored rows of every other run are kept. Returns the rows
+        written.
+        """
         target = self.rollups_dir / name / "part-0.parquet"
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        sql.write_parquet(con, f'"{name}"', temporary)
+        merged = f'SELECT * FROM "{name}"'
+        if runs is not None:
+            sql.set_variables(con, stored_rollup=str(self.rollups_dir / name / "*.parquet"), replaced_runs=sorted(runs))
+            merged += (
+                " UNION ALL BY NAME SELECT * FROM read_parquet(getvariable('stored_rollup'), union_by_name = true)"
+                " WHERE NOT list_contains(getvariable('replaced_runs'), run_id)"
+            )
+        rows = sql.write_parquet(con, f"({merged})", temporary)
         os.replace(temporary, target)
         return rows
+
+    @contextlib.contextmanager
+    def rollup_lock(self) -> Iterator[None]:
+        """Held while the roll-ups are read, recomputed and replaced, so no update is lost."""
+        with self._lock("rollups"):
+            yield
 
     # --- sources and reports ----------------------------------------------------------------
 

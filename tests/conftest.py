@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.analysis import analyze_run
-from pipelines.ingest import parse_run
+from pipelines import stages
 from pipelines.settings import Settings
-from pipelines.sources import discover
+from pipelines.sources import run_id_for
 from pipelines.warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,15 +33,13 @@ def ingest_directly(
     settings: Settings | None = None,
     overrides: dict | None = None,
 ) -> str:
-    """Both stages of an ingest, as the Dagster assets run them, without Dagster around them."""
-    source = discover(path, run_id)
-    source.overrides = overrides or {}
+    """Both stages of an ingest, as the Dagster assets and `wirespeed ingest` run them, without the report."""
+    run_id = run_id or run_id_for(path)
     settings = settings or Settings()
-    version = store.start_version(source.run_id, key, carry_tables=())
-    parse_run(source, version, store, settings)
-    analyze_run(source.run_id, version, store, settings)
-    store.publish(source.run_id, version)
-    return source.run_id
+    store.register_source(run_id, path, overrides)
+    stages.parse(store, settings, path.parent, run_id, key, None, publish=False)
+    stages.analyze(store, settings, run_id, key)
+    return run_id
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ def _rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict]:
 
 
 def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict]) -> str:
-    """The report's HTML, from a roll-up session (every published run, roll-ups recomputed)."""
+    """The report's HTML, from a roll-up session over the run (see report_run)."""
     sql.set_variables(con, run_id=run_id, max_stretches=MAX_STRETCHES, max_points=MAX_POINTS, max_steps=MAX_STEPS)
     headline = _rows(con, "headline")
     if not headline:
@@ -266,19 +266,29 @@ def write(html: str, target: Path) -> None:
     os.replace(temporary, target)
 
 
-def report_run(store: Warehouse, settings: Settings, run_id: str, target: Path | None = None) -> Path:
-    """Render the published version of a run and write it (by default into the warehouse)."""
+def report_run(
+    store: Warehouse, settings: Settings, run_id: str, target: Path | None = None,
+    verdicts: list[Verdict] | None = None, stored_rollups: bool = False,
+) -> Path:
+    """Render the published version of a run and write it (by default into the warehouse).
+
+    The run's check `verdicts` are judged here unless given. The roll-ups (its verdict, its job's
+    scaling) are recomputed for it and its job mates, unless `stored_rollups` says the stored ones
+    were just updated for it.
+    """
     version = store.published(run_id)
     if version is None:
         raise LookupError(f"run {run_id!r} is not in the warehouse {store.root}")
-    con = open_version(version, settings, run_id, TABLES)
+    if verdicts is None:
+        con = open_version(version, settings, run_id, TABLES)
+        try:
+            verdicts = [checks.judge(check, con) for check in checks.PARSE_CHECKS + checks.ANALYSIS_CHECKS]
+        finally:
+            con.close()
+    con = rollups.session(store, settings, [run_id] if stored_rollups else rollups.job_mates(store, [run_id]))
     try:
-        verdicts = [checks.judge(check, con) for check in checks.PARSE_CHECKS + checks.ANALYSIS_CHECKS]
-    finally:
-        con.close()
-    con = rollups.session(store, settings)
-    try:
-        rollups.recompute(con)
+        if not stored_rollups:
+            rollups.recompute(con)
         html = render(con, run_id, verdicts)
     finally:
         con.close()

@@ -2,9 +2,9 @@
 
 import dagster as dg
 
+from pipelines import stages
 from pipelines.defs.partitions import runs_partitions
 from pipelines.defs.resources import WarehouseResource
-from pipelines.report import report_run
 from pipelines.warehouse import ANALYSIS_TABLES
 
 
@@ -16,7 +16,7 @@ from pipelines.warehouse import ANALYSIS_TABLES
 )
 def run_report(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     """A standalone HTML report of the run (charts inlined, works offline)."""
-    path = report_run(warehouse.open(), warehouse.settings(), context.partition_key)
+    path = stages.report(warehouse.open(), warehouse.settings(), context.partition_key)
     return dg.MaterializeResult(
         metadata={"path": dg.MetadataValue.path(str(path)), "url": dg.MetadataValue.url(path.as_uri())}
     )

@@ -1,0 +1,111 @@
+"""The three stages of ingesting one run, as plain functions: parse, analyse, report.
+
+The Dagster assets (pipelines/defs/) are thin wrappers that run these and turn their outcomes
+into materialisations and check results. `wirespeed ingest` runs the same functions directly
+when no Dagster instance is configured, which spares a user Dagster's start-up and run
+machinery; both paths write the same tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipelines import checks
+from pipelines.analysis import analyze_run, open_version
+from pipelines.ingest import parse_run
+from pipelines.settings import Settings
+from pipelines.sources import RunSource, discover
+from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
+
+
+class StageError(Exception):
+    """A stage cannot run for this run (no inputs, not parsed yet); the message says why."""
+
+
+@dataclass
+class StageOutcome:
+    """What a stage wrote: metadata per table, check verdicts, and lines worth logging."""
+
+    tables: dict[str, dict]
+    verdicts: list[checks.Verdict]
+    info: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def run_source(store: Warehouse, landing: Path, run_id: str) -> RunSource:
+    """Where a run's raw inputs are: as registered by `wirespeed ingest`, else in the landing folder."""
+    registered = store.source_of(run_id)
+    if registered is not None:
+        path, overrides = registered
+        source = discover(path, run_id)
+        source.overrides = overrides
+        return source
+    landing = landing.absolute()
+    candidate = landing / run_id
+    if "/" in run_id or run_id in (".", "..") or candidate.resolve().parent != landing.resolve():
+        raise StageError(f"run id {run_id!r} does not name a folder of the landing folder {landing}")
+    return discover(candidate, run_id)
+
+
+def parse(
+    store: Warehouse, settings: Settings, landing: Path, run_id: str, key: str, progress, publish: bool
+) -> StageOutcome:
+    """Read the run's raw inputs into the parse tables of staging version `key`.
+
+    `publish` makes that version the run's published one at once, for when no analysis follows.
+    """
+    source = run_source(store, landing, run_id)
+    version = store.start_version(run_id, key, carry_tables=())
+    summary = parse_run(source, version, store, settings, progress)
+    info = [f"{run_id}: {summary.files} trace files, {summary.ranks} ranks, {summary.events} events in {summary.seconds:.1f} s"]
+    info += [f"{issue.where()}: {issue.reason}" for issue in summary.issues]
+    warnings = []
+    if summary.issues:
+        errors = sum(1 for issue in summary.issues if issue.severity == "error")
+        warnings.append(f"{run_id}: {len(summary.issues)} parse issues ({errors} errors); see the parse_issues table")
+    if publish:
+        store.publish(run_id, version)
+    con = open_version(version, settings, run_id, PARSE_TABLES)
+    try:
+        counts = {name: con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0] for name in PARSE_TABLES}
+        verdicts = [checks.judge(check, con) for check in checks.PARSE_CHECKS]
+    finally:
+        con.close()
+    tables = {
+        name: {"dagster/row_count": counts[name], "source": str(source.path), "version": str(version)}
+        for name in PARSE_TABLES
+    }
+    return StageOutcome(tables, verdicts, info, warnings)
+
+
+def analyze(store: Warehouse, settings: Settings, run_id: str, key: str) -> StageOutcome:
+    """Build the analysis tables into staging version `key` and publish it.
+
+    The version's parse tables are those the parse stage wrote under the same key, or else links
+    to the published ones, so re-analysing a run never re-reads a raw trace.
+    """
+    if not store.staging(run_id, key).exists() and store.published(run_id) is None:
+        raise StageError(f"run {run_id!r} has not been ingested: materialize its parse tables first")
+    version = store.start_version(run_id, key, carry_tables=PARSE_TABLES)
+    summary = analyze_run(run_id, version, store, settings, _judge_analysis)
+    store.publish(run_id, version)
+    verdicts, exposed = summary.finished
+    tables = {name: {"dagster/row_count": summary.rows[name]} for name in ANALYSIS_TABLES}
+    if exposed is not None:
+        tables["step_breakdown"]["exposed_comm_share"] = float(exposed)
+    return StageOutcome(tables, verdicts, [f"{run_id}: analysis in {summary.seconds:.1f} s: {summary.rows}"])
+
+
+def _judge_analysis(con) -> tuple[list[checks.Verdict], float | None]:
+    """The analysis checks' verdicts and the exposed share, in the analysis' own session."""
+    verdicts = [checks.judge(check, con) for check in checks.ANALYSIS_CHECKS]
+    exposed = con.execute("SELECT sum(exposed_comm_ns) / nullif(sum(step_ns), 0) FROM step_breakdown").fetchall()[0][0]
+    return verdicts, exposed
+
+
+def report(store: Warehouse, settings: Settings, run_id: str, verdicts=None, stored_rollups: bool = False) -> Path:
+    """Write the run's HTML report into the warehouse (see report_run); imported late, as only this stage draws."""
+    from pipelines.report import report_run
+
+    return report_run(store, settings, run_id, verdicts=verdicts, stored_rollups=stored_rollups)
