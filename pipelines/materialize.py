@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import sys
+import multiprocessing
 import threading
 import uuid
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -62,6 +64,7 @@ class StagesRun:
     error: str | None
     failed_checks: list[str]
     verdicts: list = field(default_factory=list)  # the checks' verdicts, where the stages ran here
+    warnings: list[str] = field(default_factory=list)
 
 
 def ingest_paths(
@@ -85,18 +88,18 @@ def ingest_paths(
         raise ValueError(f"two paths would get the same run id: {sorted(n for n in names if names.count(n) > 1)}")
     store = Warehouse(warehouse_dir)
     store.ensure()
-    total = 0
-    for _, path in runs:
+    sizes = {}
+    for name, path in runs:
         source = discover(path)
-        total += sum(p.stat().st_size for p in source.trace_files + source.nccl_log_files if p.exists())
-    runner = ThroughDagster(store, names) if os.environ.get("DAGSTER_HOME") else Directly(store)
+        sizes[name] = sum(p.stat().st_size for p in source.trace_files + source.nccl_log_files if p.exists())
+        store.register_source(name, path, overrides)
+    runner = ThroughDagster(store, names) if os.environ.get("DAGSTER_HOME") else Directly(store, sizes)
     outcomes = {}
-    with tqdm(total=total, unit="B", unit_scale=True, desc="ingest", disable=not progress) as bar:
-        for name, path in runs:
-            store.register_source(name, path, overrides)
+    with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, desc="ingest", disable=not progress) as bar:
+        for name, _ in runs:
             bar.set_postfix_str(name)
             outcomes[name] = runner.run(name, BarProgress(bar))
-    runner.finish(outcomes)
+        runner.finish(outcomes)
     ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
     con = store.connect(runs=ingested, tables=("verdict",))
     try:
@@ -116,35 +119,111 @@ def _failure(problem: Exception) -> StagesRun:
 
 class Directly:
     """The stages as plain functions: parse and analyse each run, update the roll-ups for all of
-    them at once, then write each report from those roll-ups."""
+    them at once, then write each report from those roll-ups.
 
-    def __init__(self, store: Warehouse):
-        # The report's imports (Altair) load while the first run is parsed.
-        threading.Thread(target=__import__, args=("pipelines.report",), daemon=True).start()
+    Small runs go through a pool of processes, one per core, each with its share of DuckDB's
+    threads and memory: a small run keeps one core busy, and its fixed costs (sessions, queries
+    of a few milliseconds, the report's charts) dominate it. A large run uses every core itself.
+    """
+
+    def __init__(self, store: Warehouse, sizes: dict[str, int]):
         self.store = store
+        self.sizes = sizes
         self.settings = settings.load(store.root)
+        small = [name for name, size in sizes.items() if size <= SMALL_RUN_BYTES]
+        workers = min(self.settings.threads, len(small))
+        self.pool = None
+        if workers > 1:
+            share = replace(
+                self.settings, threads=max(1, self.settings.threads // workers), memory_mb=max(64, self.settings.memory_mb // workers)
+            )
+            context = multiprocessing.get_context("spawn")  # a fork would copy DuckDB's threads' locks mid-use
+            self.pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(str(store.root), share))
+            self.small = set(small)
+        else:
+            self.small = set()
+            # The report's imports (Altair) load while the first run is parsed.
+            threading.Thread(target=__import__, args=("pipelines.report",), daemon=True).start()
+        self.pending: dict[str, Future] = {}
 
-    def run(self, name: str, progress: BarProgress) -> StagesRun:
-        key = f"cli-{uuid.uuid4().hex}"
+    def run(self, name: str, progress: BarProgress) -> StagesRun | None:
+        """Ingest `name` now, or hand it to the pool (None: its outcome comes with `finish`)."""
+        if name in self.small:
+            self.pending[name] = self.pool.submit(_parse_and_analyze, name)
+            self.pending[name].add_done_callback(lambda _, size=self.sizes[name]: progress.advance(size))
+            return None
+        return _parse_and_analyze(name, self.store, self.settings, progress.advance)
+
+    def finish(self, outcomes: dict[str, StagesRun | None]) -> None:
         try:
-            parsed = stages.parse(self.store, self.settings, _landing(), name, key, progress.advance, publish=False)
-            analyzed = stages.analyze(self.store, self.settings, name, key)
-        except Exception as problem:  # any stage's failure fails this run only
-            return _failure(problem)
-        for line in parsed.warnings + analyzed.warnings:
-            print(f"wirespeed ingest: {line}", file=sys.stderr)
-        verdicts = parsed.verdicts + analyzed.verdicts
-        return StagesRun(None, [v.name for v in verdicts if not v.outcome.passed], verdicts)
+            for name, future in self.pending.items():
+                outcomes[name] = _outcome_of(future, lambda result: result)
+            for outcome in outcomes.values():
+                for line in outcome.warnings:
+                    print(f"wirespeed ingest: {line}", file=sys.stderr)
+            ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
+            if ingested:
+                rollups.update(self.store, self.settings, ingested)
+            reports = {}
+            for name in ingested:
+                if name in self.small:
+                    reports[name] = self.pool.submit(_report, name, outcomes[name].verdicts)
+                else:
+                    reports[name] = _done(_report, name, outcomes[name].verdicts, self.store, self.settings)
+            for name, future in reports.items():
+                failure = _outcome_of(future, lambda _: None)
+                if failure is not None:
+                    outcomes[name] = failure
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown()
 
-    def finish(self, outcomes: dict[str, StagesRun]) -> None:
-        ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
-        if ingested:
-            rollups.update(self.store, self.settings, ingested)
-        for name in ingested:
-            try:
-                stages.report(self.store, self.settings, name, outcomes[name].verdicts, stored_rollups=True)
-            except Exception as problem:  # the report's too
-                outcomes[name] = _failure(problem)
+
+# Runs up to this size (raw inputs) share the cores with other runs; larger ones have them all.
+SMALL_RUN_BYTES = 64 << 20
+# A pool worker's warehouse and settings, set once when it starts.
+_worker: dict = {}
+
+
+def _start_worker(root: str, share: settings.Settings) -> None:
+    _worker["store"] = Warehouse(root)
+    _worker["settings"] = share
+
+
+def _parse_and_analyze(name: str, store: Warehouse | None = None, config: settings.Settings | None = None, advance=None) -> StagesRun:
+    """The parse and analysis stages of one run, in this process or in a pool worker."""
+    store, config = store or _worker["store"], config or _worker["settings"]
+    key = f"cli-{uuid.uuid4().hex}"
+    try:
+        parsed = stages.parse(store, config, _landing(), name, key, advance, publish=False)
+        analyzed = stages.analyze(store, config, name, key)
+    except Exception as problem:  # any stage's failure fails this run only
+        return _failure(problem)
+    verdicts = parsed.verdicts + analyzed.verdicts
+    return StagesRun(None, [v.name for v in verdicts if not v.outcome.passed], verdicts, parsed.warnings + analyzed.warnings)
+
+
+def _report(name: str, verdicts: list, store: Warehouse | None = None, config: settings.Settings | None = None) -> None:
+    """The report stage of one run, from the roll-ups just updated for it."""
+    stages.report(store or _worker["store"], config or _worker["settings"], name, verdicts, stored_rollups=True)
+
+
+def _done(function, *arguments) -> Future:
+    """`function(*arguments)` run now, as a finished future, so pooled and unpooled runs read alike."""
+    future: Future = Future()
+    try:
+        future.set_result(function(*arguments))
+    except Exception as problem:  # read back by _outcome_of
+        future.set_exception(problem)
+    return future
+
+
+def _outcome_of(future: Future, outcome):
+    """`outcome(result)`, or the run's failure when its work raised or its worker died."""
+    try:
+        return outcome(future.result())
+    except Exception as problem:  # BrokenProcessPool among them
+        return _failure(problem)
 
 
 class ThroughDagster:
