@@ -106,7 +106,7 @@ def test_a_failing_method_is_reported_not_raised():
 def test_small_benchmark_prints_every_line(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "pipelines.bench", "--sizes", "2x3", "--work", str(tmp_path), "--no-hta",
-         "--device-events", "150000"],
+         "--device-events", "150000", "--rounds", "1", "--many-runs", "3"],
         capture_output=True, text=True, timeout=600, cwd=REPO,
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -117,3 +117,9 @@ def test_small_benchmark_prints_every_line(tmp_path):
     wirespeed_rows = [line for line in table.splitlines() if line.startswith("| 2x3 | wirespeed")]
     assert len(wirespeed_rows) == 2 and not any("failed" in line for line in wirespeed_rows)
     assert ".json.gz takes" in table
+    # The whole-process table: the example trace and the generated set, as a user runs them.
+    whole_rows = [line for line in table.splitlines() if "| wirespeed ingest | " in line]
+    assert len(whole_rows) >= 2 and not any("failed" in line for line in whole_rows)
+    assert re.search(r"3 small runs in one `wirespeed ingest`: [\d.]+ s, [\d.]+ s per run", table)
+    for command in ("wirespeed report RUN", "wirespeed sql (one small query)", "wirespeed --help"):
+        assert re.search(rf"\| {re.escape(command)} \| [\d.]+ \|", table), command

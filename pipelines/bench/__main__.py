@@ -6,7 +6,10 @@ copy and an NDJSON twin of the same events, then runs every method in a process 
 both against HTA. HTA runs in its own virtualenv (`--hta-venv`, created on first use), since its
 pins differ from ours; the simdjson reference runs there too. The analysis-at-scale line times
 the analysis SQL alone over the 8-rank set's events tiled to `--device-events` device events
-(`scale`). Generated sets are kept in `--work` and reused.
+(`scale`). Then the whole-process table (`whole`): `wirespeed ingest` as a user runs it against
+HTA's whole analysis, in turn, on the real small traces and the generated sets; many small runs in
+one ingest; and the commands an analyst types after one. Generated sets are kept in `--work` and
+reused.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.bench import scale, synth
+from pipelines.bench import scale, synth, whole
 from pipelines.bench.measure import Measured, run_measured
 from pipelines.settings import Settings
 from pipelines.warehouse import Warehouse
@@ -29,6 +32,9 @@ from pipelines.warehouse import Warehouse
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 DEFAULT_SOURCE = REPO / "examples" / "nccl_data.json.gz"
+# Real small traces for the whole-process table, where the shared traces are beside the clone.
+SHARED_TRACES = REPO.parent / "shared" / "traces"
+SMALL_TRACES = ("hta_sampled_2rank", "hta_single_rank_of_multirank/df_index_resolver_rank1_of2.json.gz")
 REFERENCE_PACKAGES = ("traceinsight==0.6.1", "orjson==3.13.0", "pysimdjson==7.0.2")
 MB = 10**6
 READ_BYTES = 8 << 20
@@ -60,7 +66,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.device_events and first_set is not None:
         rows.append(_measure_analysis(first_set, args))
     _print_table(rows, args.memory_mb)
+    if args.rounds:
+        _whole_processes(args, reference_python)
     return 0
+
+
+def _whole_processes(args, reference_python: Path | None) -> None:
+    """The whole-process table: real small traces, then the generated sets (HTA on those it can load)."""
+    inputs = [(f"{args.source.name} (real)", args.source)]
+    inputs += [(f"{name.split('/')[-1]} (real)", SHARED_TRACES / name) for name in SMALL_TRACES if (SHARED_TRACES / name).exists()]
+    timed = whole.compare(inputs, args.work, reference_python, args.rounds, args.timeout)
+    for size in args.sizes:
+        ranks, mb = (int(part) for part in size.split("x"))
+        hta = reference_python if ranks * mb <= args.hta_max_mb else None
+        timed += whole.compare([(f"{ranks} × {mb} MB", args.work / size / "plain")], args.work, hta, args.rounds, args.timeout)
+    many = None
+    if args.many_runs:
+        many = (args.many_runs, *whole.many_runs(args.source, args.work, args.many_runs, args.timeout * 4))
+    after = whole.commands_after(args.source, args.work, args.rounds)
+    whole.print_tables(timed, args.rounds, many, after)
 
 
 def _arguments() -> argparse.ArgumentParser:
@@ -77,6 +101,10 @@ def _arguments() -> argparse.ArgumentParser:
     parser.add_argument("--memory-mb", type=int, default=Settings.memory_mb,
                         help=f"DuckDB's memory limit for wirespeed, as [resources] memory_mb (default {Settings.memory_mb})")
     parser.add_argument("--timeout", type=float, default=300, help="seconds before a method is given up (default 300)")
+    parser.add_argument("--rounds", type=int, default=3, help="whole-process rounds, methods in turn (default 3; 0 skips)")
+    parser.add_argument("--hta-max-mb", type=int, default=1000,
+                        help="whole processes: HTA only on sets up to this many MB (default 1000; it cannot load 4 GB)")
+    parser.add_argument("--many-runs", type=int, default=100, help="small runs in one ingest (default 100; 0 skips)")
     return parser
 
 

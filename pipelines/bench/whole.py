@@ -1,0 +1,170 @@
+"""Whole processes, as a user waits for them: `wirespeed ingest` against HTA's whole analysis.
+
+Each round runs every method once on every input, in turn (A B A B ...), each as a fresh process:
+`wirespeed ingest PATH --warehouse FRESH --quiet` (start-up, parse, analysis, report and
+roll-ups), and HTA's `TraceAnalysis()` with its communication/computation overlap and temporal
+breakdown (`hta_whole.py`, imports included). Medians over rounds, and the median of each
+round's ratio, go in the table. Also timed here: many small runs in one ingest, and the commands
+an analyst types after one (`report`, `sql`, `--help`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipelines.bench.measure import tree_rss_bytes
+
+HERE = Path(__file__).resolve().parent
+WIRESPEED = str(Path(sys.executable).with_name("wirespeed"))
+POLL_S = 0.01
+
+
+@dataclass
+class Timed:
+    """One method on one input over every round: wall seconds and peak memory of each round."""
+
+    label: str
+    method: str
+    seconds: list[float] = field(default_factory=list)
+    peaks: list[int] = field(default_factory=list)
+    failure: str | None = None
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.seconds) if self.seconds and not self.failure else None
+
+
+def run_whole(command: list[str], timeout_s: float, env: dict | None = None) -> tuple[float | None, int, str | None]:
+    """Wall seconds from start to exit, peak memory of the process tree, and why it failed, if it did."""
+    started = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    peak = 0
+    while True:
+        peak = max(peak, tree_rss_bytes(child.pid))
+        try:
+            child.wait(timeout=POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            if time.perf_counter() - started > timeout_s:
+                child.kill()
+                child.wait()
+                return None, peak, f"did not finish in {timeout_s:.0f} s"
+    seconds = time.perf_counter() - started
+    error = child.stderr.read() if child.stderr else ""
+    if child.returncode != 0:
+        return None, peak, (error.strip().splitlines() or [f"exit status {child.returncode}"])[-1][:200]
+    return seconds, peak, None
+
+
+def hta_folder(path: Path, work: Path) -> Path:
+    """HTA reads folders: a folder holding a link to `path` when it is a file."""
+    if path.is_dir():
+        return path
+    folder = work / "hta-inputs" / path.name.split(".")[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / path.name
+    if not link.exists():
+        link.symlink_to(path.absolute())
+    return folder
+
+
+def compare(inputs: list[tuple[str, Path]], work: Path, hta_python: Path | None, rounds: int, timeout_s: float) -> list[Timed]:
+    """Every input through `wirespeed ingest` and, given its Python, HTA, alternating, `rounds` times."""
+    timed: list[Timed] = []
+    plan = []
+    for label, path in inputs:
+        warehouse = work / "whole-warehouse"
+        mine = Timed(label, "wirespeed ingest")
+        plan.append((mine, [WIRESPEED, "ingest", str(path), "--warehouse", str(warehouse), "--quiet"], warehouse))
+        timed.append(mine)
+        if hta_python is not None:
+            theirs = Timed(label, "HTA whole analysis")
+            plan.append((theirs, [str(hta_python), str(HERE / "hta_whole.py"), str(hta_folder(path, work))], None))
+            timed.append(theirs)
+    for round_number in range(rounds):
+        for entry, command, warehouse in plan:
+            if entry.failure:
+                continue
+            print(f"whole process, round {round_number + 1}: {entry.label}: {entry.method} ...", file=sys.stderr)
+            if warehouse is not None:
+                shutil.rmtree(warehouse, ignore_errors=True)
+            seconds, peak, failure = run_whole(command, timeout_s)
+            entry.peaks.append(peak)
+            if failure:
+                entry.failure = failure
+            else:
+                entry.seconds.append(seconds)
+    return timed
+
+
+def many_runs(source: Path, work: Path, count: int, timeout_s: float) -> tuple[float | None, str | None]:
+    """`count` small runs (run folders of ten jobs, each holding `source`) in one `wirespeed ingest`."""
+    landing = work / f"many-{count}"
+    if not (landing / ".complete").exists():
+        shutil.rmtree(landing, ignore_errors=True)
+        for index in range(count):
+            folder = landing / f"run-{index:04d}"
+            (folder / "traces").mkdir(parents=True)
+            (folder / "traces" / source.name).symlink_to(source.absolute())
+            (folder / "manifest.json").write_text(json.dumps({"run_id": folder.name, "job": f"job-{index % 10}"}))
+        (landing / ".complete").touch()
+    warehouse = work / "many-warehouse"
+    shutil.rmtree(warehouse, ignore_errors=True)
+    folders = sorted(str(p) for p in landing.iterdir() if p.is_dir())
+    seconds, _, failure = run_whole([WIRESPEED, "ingest", *folders, "--warehouse", str(warehouse), "--quiet"], timeout_s)
+    return seconds, failure
+
+
+def commands_after(path: Path, work: Path, rounds: int) -> list[Timed]:
+    """What an analyst runs after an ingest: the report, a small query, the help."""
+    warehouse = work / "after-warehouse"
+    shutil.rmtree(warehouse, ignore_errors=True)
+    subprocess.run([WIRESPEED, "ingest", str(path), "--warehouse", str(warehouse), "--run-id", "after", "--quiet"],
+                   check=True, capture_output=True)
+    commands = [
+        ("wirespeed report RUN", [WIRESPEED, "report", "after", "--warehouse", str(warehouse)]),
+        ("wirespeed sql (one small query)", [WIRESPEED, "sql", "SELECT count(*) FROM steps", "--warehouse", str(warehouse)]),
+        ("wirespeed --help", [WIRESPEED, "--help"]),
+    ]
+    timed = [Timed(path.name, label) for label, _ in commands]
+    for _ in range(rounds):
+        for entry, (_, command) in zip(timed, commands):
+            seconds, peak, failure = run_whole(command, 120)
+            entry.peaks.append(peak)
+            if failure:
+                entry.failure = failure
+            else:
+                entry.seconds.append(seconds)
+    return timed
+
+
+def print_tables(timed: list[Timed], rounds: int, many: tuple[int, float | None, str | None] | None, after: list[Timed]) -> None:
+    print(f"\nWhole processes, {rounds} rounds in turn (medians; ratio = median of each round's HTA ÷ wirespeed)\n")
+    print("| input | method | seconds | peak memory | HTA ÷ wirespeed |")
+    print("|---|---|---|---|---|")
+    for entry in timed:
+        if entry.failure:
+            print(f"| {entry.label} | {entry.method} | failed: {entry.failure} | | |")
+            continue
+        ratio = ""
+        if entry.method == "wirespeed ingest":
+            hta = next((t for t in timed if t.label == entry.label and t.method != entry.method and t.median), None)
+            if hta:
+                ratio = f"{statistics.median(h / w for h, w in zip(hta.seconds, entry.seconds)):.2f}×"
+        spread = f" ({min(entry.seconds):.2f}–{max(entry.seconds):.2f})" if len(entry.seconds) > 1 else ""
+        print(f"| {entry.label} | {entry.method} | {entry.median:.2f}{spread} | {max(entry.peaks) / 1e9:.2f} GB | {ratio} |")
+    if many:
+        count, seconds, failure = many
+        result = f"failed: {failure}" if failure else f"{seconds:.1f} s, {seconds / count:.2f} s per run"
+        print(f"\n{count} small runs in one `wirespeed ingest`: {result}")
+    if after:
+        print("\n| after an ingest | seconds |\n|---|---|")
+        for entry in after:
+            print(f"| {entry.method} | {'failed: ' + entry.failure if entry.failure else f'{entry.median:.2f}'} |")
