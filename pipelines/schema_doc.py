@@ -25,7 +25,7 @@ Parquet files of every published run; see docs/architecture.md for the layout.
 GROUPS = (
     ("Parse tables", "Written by reading a run's raw inputs (asset group `ingest`).", PARSE_TABLES),
     ("Analysis tables", "Derived by SQL from the parse tables (asset group `analysis`); re-derivable without the raw inputs.", ANALYSIS_TABLES),
-    ("Roll-ups", "Rebuilt over all runs on a schedule (asset group `rollups`).", ROLLUP_TABLES),
+    ("Roll-ups", "Rebuilt over all runs on a schedule (asset group `rollups`), and updated for the runs an ingest adds.", ROLLUP_TABLES),
 )
 
 

@@ -5,7 +5,7 @@ Layout under the warehouse root:
     versions/<run>/<version>/<table>/*.parquet   every table of one ingest of one run
     runs/<run> -> ../versions/<run>/<version>     the published version (a symlink)
     runs/_schema/<table>/empty.parquet           zero rows, so every view has a schema
-    rollups/<table>/*.parquet                    tables over all runs (replaced whole)
+    rollups/<table>/*.parquet                    tables over all runs (each file replaced atomically)
     reports/<run>.html                           the run's report
     sources/<run>.json                           where the run's raw inputs are
     catalog.duckdb                               views over runs/*/<table>/*.parquet

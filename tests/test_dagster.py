@@ -28,6 +28,28 @@ def test_code_location_loads(definitions):
     assert {"trace_events", "steps", "collectives", "step_breakdown", "rank_breakdown", "run_report", "run_summary"} <= keys
     assert definitions.resolve_job_def("ingest_job") and definitions.resolve_job_def("reanalyze_job")
     assert definitions.resolve_sensor_def("landing_sensor") and definitions.resolve_schedule_def("hourly_rollups")
+    # A run's steps follow one another: one process per Dagster run, not one per step.
+    assert {definitions.resolve_job_def(j).executor_def.name for j in ("ingest_job", "reanalyze_job")} == {"in_process"}
+
+
+def test_sensor_asks_for_a_bounded_batch_per_tick_first_finished_first(tmp_path, monkeypatch):
+    from pipelines.defs.ingest import sensors
+
+    landing = tmp_path / "landing"
+    for index, name in enumerate(["c-run", "a-run", "b-run"]):
+        (landing / name).mkdir(parents=True)
+        (landing / name / "_DONE").touch()
+        os.utime(landing / name / "_DONE", ns=(10**18 + index, 10**18 + index))
+    monkeypatch.setattr(sensors, "MAX_RUNS_PER_TICK", 2)
+    resource = WarehouseResource(root=str(tmp_path / "warehouse"), landing=str(landing))
+    instance = dg.DagsterInstance.ephemeral()
+    first = landing_sensor(dg.build_sensor_context(instance=instance, resources={"warehouse": resource}))
+    assert [r.partition_key for r in first.run_requests] == ["c-run", "a-run"]
+    context = dg.build_sensor_context(instance=instance, resources={"warehouse": resource}, cursor=first.cursor)
+    second = landing_sensor(context)
+    assert [r.partition_key for r in second.run_requests] == ["b-run"]
+    context = dg.build_sensor_context(instance=instance, resources={"warehouse": resource}, cursor=second.cursor)
+    assert isinstance(landing_sensor(context), dg.SkipReason)
 
 
 def test_workspace_file_names_the_code_location():

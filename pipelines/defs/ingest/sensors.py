@@ -13,15 +13,19 @@ from pipelines.sources import DONE_MARKER, is_complete_run
 from pipelines.warehouse import check_run_id
 
 
+# A tick asks for at most this many runs, those finished first; the rest wait for the next tick,
+# so a landing folder that fills with hundreds of runs neither outlasts a tick's time limit nor
+# queues them all at once.
+MAX_RUNS_PER_TICK = 50
+
+
 def completed_runs(landing: Path) -> dict[str, str]:
-    """Run folders whose `_DONE` marker exists, each with a fingerprint of its files."""
+    """Run folders whose `_DONE` marker exists, those finished first, each with a fingerprint of its files."""
     if not landing.is_dir():
         return {}
-    found = {}
-    for folder in sorted(p for p in landing.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if is_complete_run(folder):
-            found[folder.name] = _fingerprint(folder)
-    return found
+    folders = [p for p in landing.iterdir() if p.is_dir() and not p.name.startswith(".") and is_complete_run(p)]
+    folders.sort(key=lambda folder: ((folder / DONE_MARKER).stat().st_mtime_ns, folder.name))
+    return {folder.name: _fingerprint(folder) for folder in folders}
 
 
 def _fingerprint(folder: Path) -> str:
@@ -47,6 +51,8 @@ def landing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseReso
             context.log.warning(f"skipping landing folder {run_id!r}: {problem}")
             continue
         changed[run_id] = fingerprint
+        if len(changed) == MAX_RUNS_PER_TICK:
+            break
     if not changed:
         return dg.SkipReason(f"no new or changed run folder with a {DONE_MARKER} marker")
     known = set(context.instance.get_dynamic_partitions(runs_partitions.name))
