@@ -149,7 +149,7 @@ class Directly:
     def run(self, name: str, progress: BarProgress) -> StagesRun | None:
         """Ingest `name` now, or hand it to the pool (None: its outcome comes with `finish`)."""
         if name in self.small:
-            self.pending[name] = self.pool.submit(_parse_and_analyze, name)
+            self.pending[name] = _submit(self.pool, _parse_and_analyze, name)
             self.pending[name].add_done_callback(lambda _, size=self.sizes[name]: progress.advance(size))
             return None
         return _parse_and_analyze(name, self.store, self.settings, progress.advance)
@@ -167,7 +167,7 @@ class Directly:
             reports = {}
             for name in ingested:
                 if name in self.small:
-                    reports[name] = self.pool.submit(_report, name, outcomes[name].verdicts)
+                    reports[name] = _submit(self.pool, _report, name, outcomes[name].verdicts)
                 else:
                     reports[name] = _done(_report, name, outcomes[name].verdicts, self.store, self.settings)
             for name, future in reports.items():
@@ -206,6 +206,16 @@ def _parse_and_analyze(name: str, store: Warehouse | None = None, config: settin
 def _report(name: str, verdicts: list, store: Warehouse | None = None, config: settings.Settings | None = None) -> None:
     """The report stage of one run, from the roll-ups just updated for it."""
     stages.report(store or _worker["store"], config or _worker["settings"], name, verdicts, stored_rollups=True)
+
+
+def _submit(pool: ProcessPoolExecutor, function, *arguments) -> Future:
+    """`pool.submit(...)`, or a failed future when the pool is broken (a worker died)."""
+    try:
+        return pool.submit(function, *arguments)
+    except Exception as problem:  # read back by _outcome_of, as the run's failure
+        future: Future = Future()
+        future.set_exception(problem)
+        return future
 
 
 def _done(function, *arguments) -> Future:
