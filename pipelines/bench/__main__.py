@@ -37,7 +37,6 @@ SHARED_TRACES = REPO.parent / "shared" / "traces"
 SMALL_TRACES = ("hta_sampled_2rank", "hta_single_rank_of_multirank/df_index_resolver_rank1_of2.json.gz")
 REFERENCE_PACKAGES = ("traceinsight==0.6.1", "orjson==3.13.0", "pysimdjson==7.0.2")
 MB = 10**6
-READ_BYTES = 8 << 20
 
 
 @dataclass
@@ -62,10 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         ranks, mb = (int(part) for part in size.split("x"))
         sets = _trace_sets(args.source, args.work / size, ranks, mb * MB)
         first_set = first_set or sets["plain"]
-        rows += _measure_size(size, sets, args, reference_python)
-    if args.device_events and first_set is not None:
+        if not args.whole_only:
+            rows += _measure_size(size, sets, args, reference_python)
+    if args.device_events and first_set is not None and not args.whole_only:
         rows.append(_measure_analysis(first_set, args))
-    _print_table(rows, args.memory_mb)
+    if rows:
+        _print_table(rows, args.memory_mb)
     if args.rounds:
         _whole_processes(args, reference_python)
     return 0
@@ -105,6 +106,7 @@ def _arguments() -> argparse.ArgumentParser:
     parser.add_argument("--hta-max-mb", type=int, default=1000,
                         help="whole processes: HTA only on sets up to this many MB (default 1000; it cannot load 4 GB)")
     parser.add_argument("--many-runs", type=int, default=100, help="small runs in one ingest (default 100; 0 skips)")
+    parser.add_argument("--whole-only", action="store_true", help="only the whole-process table")
     return parser
 
 
@@ -161,7 +163,7 @@ def _measure_size(size: str, sets: dict[str, Path], args, reference_python: Path
     rows = []
     for name, inputs, command in methods:
         print(f"{size}: {name} ...", file=sys.stderr)
-        _warm(sets[inputs])
+        whole.warm(sets[inputs])
         rows.append(Row(size, name, data, _kept_every_rank(run_measured(command, args.timeout), len(plain_files))))
     return rows
 
@@ -173,14 +175,6 @@ def _kept_every_rank(measured: Measured, ranks: int) -> Measured:
     if kept is not None and kept != ranks:
         return Measured(None, measured.peak_bytes, measured.report, f"kept {kept} of {ranks} ranks")
     return measured
-
-
-def _warm(folder: Path) -> None:
-    """Read a set once, so that every method finds it in the page cache, not only the ones after another."""
-    for path in _files(folder):
-        with open(path, "rb") as handle:
-            while handle.read(READ_BYTES):
-                pass
 
 
 def _ingest(run_dir: Path, warehouse: Path, memory_mb: int) -> list[str]:

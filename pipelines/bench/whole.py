@@ -32,6 +32,7 @@ class Timed:
 
     label: str
     method: str
+    path: Path
     seconds: list[float] = field(default_factory=list)
     peaks: list[int] = field(default_factory=list)
     failure: str | None = None
@@ -63,6 +64,16 @@ def run_whole(command: list[str], timeout_s: float, env: dict | None = None) -> 
     return seconds, peak, None
 
 
+def warm(path: Path) -> None:
+    """Read an input once, so that each method finds it in the page cache: another method's
+    gigabytes of memory may have pushed it out since its last round."""
+    for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        if file.is_file():
+            with open(file, "rb") as handle:
+                while handle.read(8 << 20):
+                    pass
+
+
 def hta_folder(path: Path, work: Path) -> Path:
     """HTA reads folders: a folder holding a link to `path` when it is a file."""
     if path.is_dir():
@@ -81,11 +92,11 @@ def compare(inputs: list[tuple[str, Path]], work: Path, hta_python: Path | None,
     plan = []
     for label, path in inputs:
         warehouse = work / "whole-warehouse"
-        mine = Timed(label, "wirespeed ingest")
+        mine = Timed(label, "wirespeed ingest", path)
         plan.append((mine, [WIRESPEED, "ingest", str(path), "--warehouse", str(warehouse), "--quiet"], warehouse))
         timed.append(mine)
         if hta_python is not None:
-            theirs = Timed(label, "HTA whole analysis")
+            theirs = Timed(label, "HTA whole analysis", path)
             plan.append((theirs, [str(hta_python), str(HERE / "hta_whole.py"), str(hta_folder(path, work))], None))
             timed.append(theirs)
     for round_number in range(rounds):
@@ -95,6 +106,7 @@ def compare(inputs: list[tuple[str, Path]], work: Path, hta_python: Path | None,
             print(f"whole process, round {round_number + 1}: {entry.label}: {entry.method} ...", file=sys.stderr)
             if warehouse is not None:
                 shutil.rmtree(warehouse, ignore_errors=True)
+            warm(entry.path)
             seconds, peak, failure = run_whole(command, timeout_s)
             entry.peaks.append(peak)
             if failure:
@@ -133,7 +145,7 @@ def commands_after(path: Path, work: Path, rounds: int) -> list[Timed]:
         ("wirespeed sql (one small query)", [WIRESPEED, "sql", "SELECT count(*) FROM steps", "--warehouse", str(warehouse)]),
         ("wirespeed --help", [WIRESPEED, "--help"]),
     ]
-    timed = [Timed(path.name, label) for label, _ in commands]
+    timed = [Timed(path.name, label, path) for label, _ in commands]
     for _ in range(rounds):
         for entry, (_, command) in zip(timed, commands):
             seconds, peak, failure = run_whole(command, 120)
