@@ -22,7 +22,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# Ingest speed and memory against HTA and raw parsers, whole processes against HTA (docs/performance.md); about 50 minutes.
+# Ingest speed and memory against HTA and raw parsers, whole processes against HTA (docs/performance.md).
 bench: $(STAMP)
 	$(PY) -m pipelines.bench $(BENCH_ARGS)
 

@@ -157,7 +157,7 @@ class Directly:
     def finish(self, outcomes: dict[str, StagesRun | None]) -> None:
         try:
             for name, future in self.pending.items():
-                outcomes[name] = _outcome_of(future, lambda result: result)
+                outcomes[name] = _outcome_of(future)
             for outcome in outcomes.values():
                 for line in outcome.warnings:
                     print(f"wirespeed ingest: {line}", file=sys.stderr)
@@ -171,7 +171,7 @@ class Directly:
                 else:
                     reports[name] = _done(_report, name, outcomes[name].verdicts, self.store, self.settings)
             for name, future in reports.items():
-                failure = _outcome_of(future, lambda _: None)
+                failure = _outcome_of(future)  # a report returns nothing
                 if failure is not None:
                     outcomes[name] = failure
         finally:
@@ -228,10 +228,10 @@ def _done(function, *arguments) -> Future:
     return future
 
 
-def _outcome_of(future: Future, outcome):
-    """`outcome(result)`, or the run's failure when its work raised or its worker died."""
+def _outcome_of(future: Future):
+    """What the future's work returned, or the run's failure when it raised or its worker died."""
     try:
-        return outcome(future.result())
+        return future.result()
     except Exception as problem:  # BrokenProcessPool among them
         return _failure(problem)
 

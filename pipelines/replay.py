@@ -54,20 +54,13 @@ def busbw_factors(con) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The bus-bandwidth factor of each (op, group size), by its one definition (sql/macros.sql
     `busbw_factor`), in session `con`; 0 where it has none."""
 
-    known: dict[tuple[str, int], float] = {}  # a replay asks for the same few pairs many times
-
     def factors(op: np.ndarray, n: np.ndarray) -> np.ndarray:
-        names, name_code = np.unique(op.astype(str), return_inverse=True)
-        codes, inverse = np.unique(np.stack([name_code.ravel(), n.astype(int).ravel()], axis=1), axis=0, return_inverse=True)
-        pairs = [(str(names[c]), int(k)) for c, k in codes]
-        missing = [pair for pair in pairs if pair not in known]
-        if missing:
-            rows = con.execute(
-                "SELECT o, n, coalesce(busbw_factor(o, n), 0) FROM (SELECT unnest($op) AS o, unnest($n) AS n)",
-                {"op": [o for o, _ in missing], "n": [k for _, k in missing]},
-            ).fetchall()
-            known.update({(o, k): f for o, k, f in rows})
-        return np.array([known[pair] for pair in pairs], dtype=float)[inverse.ravel()].reshape(np.shape(op))
+        rows = con.execute(
+            "SELECT coalesce(busbw_factor(o, n), 0) FROM (SELECT unnest($op) AS o, unnest($n) AS n, "
+            "unnest(range(len($op))) AS i) ORDER BY i",
+            {"op": [str(x) for x in op], "n": [int(x) for x in n]},
+        ).fetchall()
+        return np.array([row[0] for row in rows], dtype=float)
 
     return factors
 
@@ -85,6 +78,7 @@ class Replay:
 
     def __init__(self, inputs: pa.Table, steps: pa.Table, factors: Callable[[np.ndarray, np.ndarray], np.ndarray]):
         self.factors = factors  # the bus-bandwidth factor of (op, group size), for larger groups
+        self._growth: dict[int, np.ndarray] = {}  # per rank multiple: every search asks again
         rows = {name: inputs.column(name).to_numpy(zero_copy_only=False) for name in inputs.column_names}
         self.rows = rows
         self.count = len(rows["rank"])
@@ -157,10 +151,12 @@ class Replay:
 
     def _traffic_growth(self, multiple: int) -> np.ndarray:
         """Per row, how much more each rank sends with `multiple` times the data-parallel ranks."""
-        grows = np.isin(self.dimension, SCALED_DIMENSIONS)
-        before = np.nan_to_num(self.rows["traffic_factor"].astype(float), nan=0.0)
-        after = self.factors(self.op, self.group_size * multiple)
-        return np.where(grows & (before > 0), after / np.where(before > 0, before, 1.0), 1.0)
+        if multiple not in self._growth:
+            grows = np.isin(self.dimension, SCALED_DIMENSIONS)
+            before = np.nan_to_num(self.rows["traffic_factor"].astype(float), nan=0.0)
+            after = self.factors(self.op, self.group_size * multiple)
+            self._growth[multiple] = np.where(grows & (before > 0), after / np.where(before > 0, before, 1.0), 1.0)
+        return self._growth[multiple]
 
     def durations(self, scenarios: list[Scenario]) -> np.ndarray:
         """rows x scenarios: each collective's replayed duration, its transfer (as achieved, or at

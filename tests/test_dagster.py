@@ -209,3 +209,19 @@ def test_the_cli_writes_the_same_tables_with_and_without_dagster(tmp_path, monke
             assert instance.get_materialized_partitions(dg.AssetKey(asset)) == set(runs), asset
     finally:
         instance.dispose()
+
+
+def test_a_real_daemon_ingests_run_folders_that_land():
+    """The deployment path end to end: run folders land, `dagster-daemon` ticks the sensor, the
+    queued runs ingest them, and every run's report is materialised (the daemon benchmark, small)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.bench.daemon", "--runs", "2", "--timeout", "300"],
+        cwd=REPO, capture_output=True, text=True, timeout=400,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    assert "(2 Dagster runs, 0 not successful)" in result.stdout

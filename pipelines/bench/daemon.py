@@ -46,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
         (folder / "manifest.json").write_text(json.dumps({"run_id": folder.name, "job": "daemon-bench"}))
         (folder / "_DONE").touch()
     env = {**os.environ, "DAGSTER_HOME": str(home), "WIRESPEED_HOME": str(warehouse), "WIRESPEED_LANDING": str(landing)}
-    os.environ.update(env)
     import dagster as dg
 
     started = time.time()
@@ -54,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         [str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w", str(REPO / "workspace.yaml")],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(root / "daemon.log", "w"), start_new_session=True,
     )
-    instance = dg.DagsterInstance.get()
+    instance = dg.DagsterInstance.from_config(str(home))
     try:
         done = set()
         while len(done) < args.runs and time.time() - started < args.timeout:

@@ -37,6 +37,13 @@ class Timed:
     peaks: list[int] = field(default_factory=list)
     failure: str | None = None
 
+    def record(self, seconds: float | None, peak: int, failure: str | None) -> None:
+        self.peaks.append(peak)
+        if failure:
+            self.failure = failure
+        else:
+            self.seconds.append(seconds)
+
     @property
     def median(self) -> float | None:
         return statistics.median(self.seconds) if self.seconds and not self.failure else None
@@ -99,6 +106,12 @@ def compare(inputs: list[tuple[str, Path]], work: Path, hta_python: Path | None,
             theirs = Timed(label, "HTA whole analysis", path)
             plan.append((theirs, [str(hta_python), str(HERE / "hta_whole.py"), str(hta_folder(path, work))], None))
             timed.append(theirs)
+    _in_turn(plan, rounds, timeout_s)
+    return timed
+
+
+def _in_turn(plan: list[tuple[Timed, list[str], Path | None]], rounds: int, timeout_s: float) -> None:
+    """Each round, every (entry, command, fresh warehouse) once, in order; a failed entry drops out."""
     for round_number in range(rounds):
         for entry, command, warehouse in plan:
             if entry.failure:
@@ -107,13 +120,7 @@ def compare(inputs: list[tuple[str, Path]], work: Path, hta_python: Path | None,
             if warehouse is not None:
                 shutil.rmtree(warehouse, ignore_errors=True)
             warm(entry.path)
-            seconds, peak, failure = run_whole(command, timeout_s)
-            entry.peaks.append(peak)
-            if failure:
-                entry.failure = failure
-            else:
-                entry.seconds.append(seconds)
-    return timed
+            entry.record(*run_whole(command, timeout_s))
 
 
 def many_runs(source: Path, work: Path, count: int, timeout_s: float) -> tuple[float | None, str | None]:
@@ -146,14 +153,7 @@ def commands_after(path: Path, work: Path, rounds: int) -> list[Timed]:
         ("wirespeed --help", [WIRESPEED, "--help"]),
     ]
     timed = [Timed(path.name, label, path) for label, _ in commands]
-    for _ in range(rounds):
-        for entry, (_, command) in zip(timed, commands):
-            seconds, peak, failure = run_whole(command, 120)
-            entry.peaks.append(peak)
-            if failure:
-                entry.failure = failure
-            else:
-                entry.seconds.append(seconds)
+    _in_turn([(entry, command, None) for entry, (_, command) in zip(timed, commands)], rounds, 120)
     return timed
 
 
