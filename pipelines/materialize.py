@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import sys
 import multiprocessing
-import threading
 import uuid
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -142,8 +141,6 @@ class Directly:
             self.small = set(small)
         else:
             self.small = set()
-            # The report's imports (Altair) load while the first run is parsed.
-            threading.Thread(target=__import__, args=("pipelines.report",), daemon=True).start()
         self.pending: dict[str, Future] = {}
 
     def run(self, name: str, progress: BarProgress) -> StagesRun | None:

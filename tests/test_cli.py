@@ -111,25 +111,3 @@ def test_an_open_analyst_session_does_not_block_ingestion(warehouse, tmp_path):
     con = duckdb.connect(str(warehouse / "catalog.duckdb"), read_only=True)
     assert con.execute("SELECT count(*) FROM runs").fetchall() == [(3,)]
     con.close()
-
-
-def test_the_report_loads_beside_the_parse_without_sharing_a_module(tmp_path):
-    """`wirespeed ingest` imports the report's modules in a thread while the main thread parses
-    and analyses. Python's import locks are per module, so that is safe as long as the two import
-    no module in common after the ingest's own imports; a version bump that changes this fails here."""
-    trace = TRACES / "hta_ddp_nccl_meta_2024" / "nccl_data.json.gz"
-    before = "import json, sys; import pipelines.materialize; base = set(sys.modules); "
-    after = "; print(json.dumps(sorted(set(sys.modules) - base)))"
-    stages_run = (
-        "from pathlib import Path; from pipelines import stages; from pipelines.settings import Settings; "
-        "from pipelines.warehouse import Warehouse; "
-        f"store = Warehouse({str(tmp_path / 'warehouse')!r}); store.ensure(); "
-        f"store.register_source('r', Path({str(trace)!r})); "
-        "stages.parse(store, Settings(), Path('.'), 'r', 'k', None, publish=False); stages.analyze(store, Settings(), 'r', 'k')"
-    )
-    loaded = {}
-    for name, code in (("report", "import pipelines.report"), ("stages", stages_run)):
-        result = subprocess.run([sys.executable, "-c", before + code + after], capture_output=True, text=True, cwd=REPO, timeout=300)
-        assert result.returncode == 0, result.stderr[-2000:]
-        loaded[name] = set(json.loads(result.stdout.splitlines()[-1]))
-    assert "altair" in loaded["report"] and not loaded["report"] & loaded["stages"]

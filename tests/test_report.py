@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -65,14 +66,56 @@ def test_report_renders_offline_in_a_browser(nccl_report, tmp_path):
     assert "Which parallel dimension waits?" in dom and re.search(r"<td>default_pg</td>\s*<td>dp</td>", dom)
 
 
-def test_every_chart_is_valid_vega_lite(nccl_report, tmp_path, monkeypatch):
-    """A report skips Altair's schema check for speed; with it on, the same report still renders."""
-    from pipelines.report import page
+def chart_specs(page) -> list[dict]:
+    """The Vega-Lite spec of each chart on a report page, rows included."""
+    return [json.loads(spec) for spec in re.findall(r'^vegaEmbed\("#chart-\d+", (.*), \{mode: ', page.read_text(), re.M)]
 
-    monkeypatch.setattr(page, "VALIDATE", True)
-    store = Warehouse(nccl_report.parent.parent)
-    checked = report_run(store, Settings(), "nccl_data", tmp_path / "checked.html")
-    assert len(re.findall(r"id='chart-\d+'", checked.read_text())) == 7
+
+def test_every_chart_is_valid_vega_lite(nccl_report):
+    """The kept specs are checked when built; filled with a run's rows, each is still valid."""
+    from altair.utils.schemapi import validate_jsonschema
+    from altair.vegalite.v6.schema.core import load_schema
+
+    specs = chart_specs(nccl_report)
+    assert len(specs) == 7
+    for spec in specs:
+        validate_jsonschema(spec, load_schema())
+        assert spec["datasets"] and all(spec["datasets"].values())
+
+
+def test_a_report_imports_no_altair_once_the_chart_specs_are_kept(nccl_report, tmp_path):
+    """Charts come from kept specs; a report written in a fresh process equals the one before."""
+    again = tmp_path / "again.html"
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from pipelines.report import report_run\n"
+        "from pipelines.settings import Settings\n"
+        "from pipelines.warehouse import Warehouse\n"
+        f"report_run(Warehouse({str(nccl_report.parent.parent)!r}), Settings(), 'nccl_data', Path({str(again)!r}))\n"
+        "assert 'altair' not in sys.modules, 'imported Altair'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert chart_specs(again) == chart_specs(nccl_report)
+
+
+def test_the_chart_specs_are_built_once_and_kept(tmp_path, monkeypatch):
+    from pipelines.report import charts, templates
+
+    monkeypatch.setenv("WIRESPEED_CACHE", str(tmp_path / "cache"))
+    templates.specs.cache_clear()
+    try:
+        built = templates.specs()
+        (kept,) = (tmp_path / "cache").iterdir()
+        assert set(built) == set(charts.CHARTS) and json.loads(kept.read_text(encoding="utf-8")) == built
+        kept.write_text(json.dumps({"step_timeline": {"data": {"name": "step_stretches"}}}), encoding="utf-8")
+        templates.specs.cache_clear()
+        # A later process reads the kept file instead of building, and fills what it names.
+        assert templates.filled("step_timeline", {"step_stretches": [{"rank": 0}]})["datasets"] == {"step_stretches": [{"rank": 0}]}
+        with pytest.raises(ValueError, match="draws from"):
+            templates.filled("step_timeline", {"other": []})
+    finally:
+        templates.specs.cache_clear()
 
 
 def test_trace_text_is_escaped(tmp_path):

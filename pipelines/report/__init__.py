@@ -15,7 +15,6 @@ import duckdb
 from pipelines import checks, rollups, sql
 from pipelines.analysis import open_version
 from pipelines.checks import Verdict
-from pipelines.report import charts
 from pipelines.report.page import Page, paragraph, table, text
 from pipelines.settings import Settings
 from pipelines.warehouse import TABLES, Warehouse
@@ -23,10 +22,15 @@ from pipelines.warehouse import TABLES, Warehouse
 MAX_STRETCHES = 20_000
 MAX_POINTS = 1_500
 MAX_STEPS = 200
+# Facet at most this many ranks side by side; beyond it ranks become rows of one chart.
+MAX_FACETED_RANKS = 16
 
 
 def _rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict]:
-    return con.sql(sql.report_query(name)).pl().to_dicts()
+    """The rows of report query `name` (sql/report/), as dicts."""
+    relation = con.sql(sql.report_query(name))
+    columns = relation.columns
+    return [dict(zip(columns, row, strict=True)) for row in relation.fetchall()]
 
 
 def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict]) -> str:
@@ -41,18 +45,19 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
     page.add("Is communication exposed?", _summary(run, verdicts))
     page.add("Checks", _checks(verdicts))
 
-    states = con.sql(sql.report_query("step_states")).pl()
-    if states.height:
+    states = _rows(con, "step_states")
+    if states:
         steps = run["steps"]
         shown = paragraph(f"The first {MAX_STEPS} of the run's {steps} steps are drawn.") if steps > MAX_STEPS else ""
-        page.add("Step breakdown", page.chart(charts.step_breakdown_chart(states)) + shown)
+        faceted = len({row["rank"] for row in states}) <= MAX_FACETED_RANKS
+        page.add("Step breakdown", page.chart("step_breakdown" if faceted else "rank_breakdown", {"step_states": states}) + shown)
         step = _rows(con, "representative_step")[0]["step"]
         sql.set_variables(con, step=step)
-        stretches = con.sql(sql.report_query("step_stretches")).pl()
-        note = ""
-        if stretches.height >= MAX_STRETCHES:
-            note = paragraph(f"Only the {MAX_STRETCHES} longest stretches are drawn.")
-        page.add("Timeline of a typical step", page.chart(charts.step_timeline_chart(stretches, step)) + note)
+        stretches = _rows(con, "step_stretches")
+        note = paragraph(f"Step {step}, whose length is the median of the run's steps, on every rank.")
+        if len(stretches) >= MAX_STRETCHES:
+            note += paragraph(f"Only the {MAX_STRETCHES} longest stretches are drawn.")
+        page.add("Timeline of a typical step", note + page.chart("step_timeline", {"step_stretches": stretches}))
     else:
         page.add(
             "Step breakdown",
@@ -84,20 +89,20 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
 def _bandwidth(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     """Bus bandwidth against size, throughput over time, waiting against transfer, stragglers."""
     parts = []
-    points = con.sql(sql.report_query("bandwidth_by_size")).pl()
-    if points.height:
-        parts.append(page.chart(charts.bandwidth_by_size_chart(points)))
+    points = _rows(con, "bandwidth_by_size")
+    if points:
+        parts.append(page.chart("bandwidth_by_size", {"bandwidth_by_size": points}))
     else:
         parts.append(paragraph("No collective has both a known size and a duration, so no bandwidth can be computed."))
-    series = con.sql(sql.report_query("throughput_over_time")).pl()
-    if series.height:
-        parts.append(page.chart(charts.throughput_chart(series)))
+    series = _rows(con, "throughput_over_time")
+    if series:
+        parts.append(page.chart("throughput", {"throughput_over_time": series}))
     percent = {"mean_utilization": ".1%", "peak_utilization": ".1%", "comm_mean_utilization": ".1%"}
     rates = {"mean_gbps": ".3f", "p95_gbps": ".3f", "peak_gbps": ".3f"}
     parts.append(table(_rows(con, "network"), percent | rates))
-    waits = con.sql(sql.report_query("wait_vs_transfer")).pl()
-    if waits.height:
-        parts.append(page.chart(charts.wait_vs_transfer_chart(waits)))
+    waits = _rows(con, "wait_vs_transfer")
+    if waits:
+        parts.append(page.chart("wait_vs_transfer", {"wait_vs_transfer": waits}))
     stragglers = _rows(con, "stragglers")
     if any(row["straggler_rank"] is not None for row in stragglers):
         parts.append(table(stragglers, {"max_skew_ms": ".3f", "exposed_comm_ms": ".3f", "wait_share": ".1%"}))
@@ -109,8 +114,8 @@ def _dimensions(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     groups = _rows(con, "comm_groups")
     if not groups:
         return paragraph("No collective was found, so no process group's communication can be weighed.")
-    steps = con.sql(sql.report_query("dimension_steps")).pl()
-    parts = [page.chart(charts.dimension_steps_chart(steps))] if steps.height else [paragraph("No communication was exposed.")]
+    steps = _rows(con, "dimension_steps")
+    parts = [page.chart("dimension_steps", {"dimension_steps": steps})] if steps else [paragraph("No communication was exposed.")]
     parts.append(table(groups, {"total_mb": ".3f", "exposed_ms_per_rank": ".3f", "exposed_share": ".1%", "busbw_gbps": ".3f"}))
     parts.append(paragraph(
         "Exposed communication at each instant is shared equally among the process groups communicating then "
@@ -146,15 +151,15 @@ def _verdict(rows: list[dict]) -> str:
 
 def _whatif(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     """The what-if grid as a heatmap, what it takes to reach the targets, and scaling across the job."""
-    grid = con.sql(sql.report_query("whatif_grid")).pl()
-    if not grid.height:
+    grid = _rows(con, "whatif_grid")
+    if not grid:
         return paragraph("No what-if: the traces show no collective to replay.")
-    parts = [page.chart(charts.whatif_heatmap(grid, 0.95))]
+    parts = [page.chart("whatif", {"whatif_grid": grid})]
     parts.append(table(_rows(con, "whatif_needs"), {"target": ".2f", "min_bandwidth_gbps": ".1f"}))
-    scaling = con.sql(sql.report_query("job_scaling")).pl()
-    if scaling.height:
-        parts.append(page.chart(charts.job_scaling_chart(scaling)))
-    if grid["model"][0] == "replay":
+    scaling = _rows(con, "job_scaling")
+    if scaling:
+        parts.append(page.chart("job_scaling", {"job_scaling": scaling}))
+    if grid[0]["model"] == "replay":
         parts.append(paragraph(
             "The replay re-runs every step with each collective's transfer at the line rate of the cell, at the share "
             "of line rate it achieved in the run, its latency kept, and every wait for it moved with its end "
@@ -172,26 +177,26 @@ def _whatif(con: duckdb.DuckDBPyConnection, page: Page) -> str:
 def _nccl(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     """Topology, transports, the mix of calls and the problems NCCL logged; works with logs alone."""
     topology = _rows(con, "nccl_topology")
-    mix = con.sql(sql.report_query("nccl_call_mix")).pl()
+    mix = _rows(con, "nccl_call_mix")
     problems = _rows(con, "nccl_problems")
-    tests = con.sql(sql.report_query("nccl_tests")).pl()
-    if not (topology or mix.height or problems or tests.height):
+    tests = _rows(con, "nccl_tests")
+    if not (topology or mix or problems or tests):
         return paragraph(
             "The run has no NCCL logs. `wirespeed collect` captures them (NCCL_DEBUG=INFO with the INIT and COLL "
             "subsystems, one file per process); logs from elsewhere can be put in the run folder or ingested alone."
         )
     parts = [table(topology, {"init_seconds": ".2f"})]
-    links = con.sql(sql.report_query("nccl_links")).pl()
-    if links.height:
-        parts.append(page.chart(charts.nccl_links_chart(links)))
-    if mix.height:
-        parts.append(page.chart(charts.nccl_call_mix_chart(mix)))
+    links = _rows(con, "nccl_links")
+    if links:
+        parts.append(page.chart("nccl_links", {"nccl_links": links}))
+    if mix:
+        parts.append(page.chart("nccl_call_mix", {"nccl_call_mix": mix}))
     crosscheck = _rows(con, "nccl_crosscheck")
     if crosscheck:
         parts.append(paragraph("Traces against logs (docs/nccl.md): each trace collective compared with the logged call at its place."))
         parts.append(table(crosscheck))
-    if tests.height:
-        parts.append(page.chart(charts.nccl_tests_chart(tests)))
+    if tests:
+        parts.append(page.chart("nccl_tests", {"nccl_tests": tests}))
     parts.append(paragraph("Warnings and errors, in time order:"))
     parts.append(table(problems))
     return "".join(parts)

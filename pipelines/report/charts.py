@@ -1,9 +1,16 @@
-"""Altair charts of a run, each drawn from an already aggregated table (never raw events)."""
+"""The report's Altair charts, each over named datasets that the report fills from its queries.
+
+No chart's spec depends on its data: sizes are fixed or Vega-Lite steps (a row per rank), and
+filters and derived fields are Vega-Lite transforms. So the specs are built once per version of
+this module and kept (pipelines/report/templates.py), and a report fills them in without Altair.
+Every dataset is one query of `sql/report/`, already aggregated (never raw events).
+"""
 
 from __future__ import annotations
 
+import json
+
 import altair as alt
-import polars as pl
 
 # One colour per state, the same in every chart: warm colours for communication, so exposed
 # communication (the thing to shrink) stands out.
@@ -11,57 +18,61 @@ STATES = ["compute", "overlapped communication", "exposed communication", "other
 COLOURS = ["#4c78a8", "#f2b701", "#e45756", "#72b7b2", "#d9d9d9"]
 _SCALE = alt.Scale(domain=STATES, range=COLOURS)
 
-# Facet at most this many ranks side by side; beyond it ranks become rows of one chart.
-MAX_FACETED_RANKS = 16
+# The what-if heatmap outlines the cells whose scaling factor reaches this.
+WHATIF_TARGET = 0.95
 
 
-def step_breakdown_chart(states: pl.DataFrame) -> alt.Chart:
+def _data(name: str) -> alt.NamedData:
+    return alt.NamedData(name=name)
+
+
+def _step_states() -> alt.Chart:
+    """Each state's milliseconds, with its position in the stack."""
+    return alt.Chart(_data("step_states")).transform_calculate(state_order=f"indexof({json.dumps(STATES)}, datum.state)")
+
+
+_STATE_TOOLTIP = [alt.Tooltip("rank:O"), alt.Tooltip("step:O"), alt.Tooltip("state:N"), alt.Tooltip("ms:Q", format=".3f", title="ms")]
+
+
+def step_breakdown_chart() -> alt.FacetChart:
     """Stacked bars: for each rank and step, milliseconds of compute, communication, other, idle."""
-    order = alt.Order("state_order:Q")
-    data = states.with_columns(
-        pl.col("state").replace_strict({s: i for i, s in enumerate(STATES)}, return_dtype=pl.Int32).alias("state_order")
+    bars = (
+        _step_states()
+        .mark_bar()
+        .encode(
+            x=alt.X("step:O", title="step"),
+            y=alt.Y("ms:Q", title="milliseconds", stack="zero"),
+            color=alt.Color("state:N", scale=_SCALE, title=None),
+            order=alt.Order("state_order:Q"),
+            tooltip=_STATE_TOOLTIP,
+        )
+        .properties(width=240, height=180)
     )
-    ranks = data["rank"].n_unique()
-    tooltip = [
-        alt.Tooltip("rank:O"),
-        alt.Tooltip("step:O"),
-        alt.Tooltip("state:N"),
-        alt.Tooltip("ms:Q", format=".3f", title="ms"),
-    ]
-    if ranks <= MAX_FACETED_RANKS:
-        bars = (
-            alt.Chart(data)
-            .mark_bar()
-            .encode(
-                x=alt.X("step:O", title="step"),
-                y=alt.Y("ms:Q", title="milliseconds", stack="zero"),
-                color=alt.Color("state:N", scale=_SCALE, title=None),
-                order=order,
-                tooltip=tooltip,
-            )
-            .properties(width=max(120, 24 * data["step"].n_unique()), height=180)
-        )
-        return bars.facet(facet=alt.Facet("rank:O", title="rank"), columns=4).properties(
-            title="Where each step's time went, per rank"
-        )
+    return bars.facet(facet=alt.Facet("rank:O", title="rank"), columns=4).properties(
+        title="Where each step's time went, per rank"
+    )
+
+
+def rank_breakdown_chart() -> alt.Chart:
+    """Stacked bars, one per rank, over all steps: for runs with too many ranks to facet."""
     return (
-        alt.Chart(data)
+        _step_states()
         .mark_bar()
         .encode(
             y=alt.Y("rank:O", title="rank"),
             x=alt.X("sum(ms):Q", title="milliseconds over all steps", stack="zero"),
             color=alt.Color("state:N", scale=_SCALE, title=None),
-            order=order,
-            tooltip=tooltip,
+            order=alt.Order("state_order:Q"),
+            tooltip=_STATE_TOOLTIP,
         )
-        .properties(width=640, height=max(120, 10 * ranks), title="Where the steps' time went, per rank")
+        .properties(width=640, height=alt.Step(10), title="Where the steps' time went, per rank")
     )
 
 
-def dimension_steps_chart(steps: pl.DataFrame) -> alt.Chart:
+def dimension_steps_chart() -> alt.Chart:
     """Stacked bars: for each step, an average rank's exposed milliseconds per parallel dimension."""
     return (
-        alt.Chart(steps)
+        alt.Chart(_data("dimension_steps"))
         .mark_bar()
         .encode(
             x=alt.X("step:O", title="step"),
@@ -73,22 +84,18 @@ def dimension_steps_chart(steps: pl.DataFrame) -> alt.Chart:
                 alt.Tooltip("exposed_ms:Q", format=".3f", title="exposed ms"),
             ],
         )
-        .properties(
-            width=max(240, 24 * steps["step"].n_unique()), height=180,
-            title="Which parallel dimension's communication each step waited for",
-        )
+        .properties(width=360, height=180, title="Which parallel dimension's communication each step waited for")
     )
 
 
-def step_timeline_chart(stretches: pl.DataFrame, step: int) -> alt.Chart:
+def step_timeline_chart() -> alt.Chart:
     """A Gantt of one step on every rank: when compute ran and when communication was exposed."""
-    ranks = stretches["rank"].n_unique()
     return (
-        alt.Chart(stretches)
+        alt.Chart(_data("step_stretches"))
         .mark_bar(height={"band": 0.8})
         .encode(
             y=alt.Y("rank:O", title="rank"),
-            x=alt.X("start_ms:Q", title=f"ms since the start of step {step} on that rank"),
+            x=alt.X("start_ms:Q", title="ms since the start of the step on that rank"),
             x2="end_ms:Q",
             color=alt.Color("state:N", scale=_SCALE, title=None),
             tooltip=[
@@ -98,14 +105,24 @@ def step_timeline_chart(stretches: pl.DataFrame, step: int) -> alt.Chart:
                 alt.Tooltip("dur_us:Q", format=".1f", title="duration (us)"),
             ],
         )
-        .properties(width=760, height=max(80, 28 * ranks), title=f"Timeline of step {step} (a typical step), idle left blank")
+        .properties(width=760, height=alt.Step(28), title="Timeline of a typical step, idle left blank")
     )
 
 
-def bandwidth_by_size_chart(points: pl.DataFrame) -> alt.LayerChart:
+def _line_rates(data: str, *fields: str) -> alt.Chart:
+    """A dashed rule at each distinct known line rate in `data`."""
+    return (
+        alt.Chart(_data(data))
+        .transform_filter("isValid(datum.link_gbps)")
+        .transform_aggregate(rows="count()", groupby=["link_gbps", *fields])
+        .mark_rule(strokeDash=[6, 4], color="#333")
+    )
+
+
+def bandwidth_by_size_chart() -> alt.LayerChart:
     """Bus bandwidth of each collective's transfer against its size, with the line rate drawn in."""
     dots = (
-        alt.Chart(points)
+        alt.Chart(_data("bandwidth_by_size"))
         .mark_point(filled=True, opacity=0.7)
         .encode(
             x=alt.X("bytes:Q", scale=alt.Scale(type="log"), title="message size (bytes)"),
@@ -115,24 +132,26 @@ def bandwidth_by_size_chart(points: pl.DataFrame) -> alt.LayerChart:
             tooltip=["op:N", "scope:N", alt.Tooltip("bytes:Q", format=","), alt.Tooltip("busbw_gbps:Q", format=".3f")],
         )
     )
-    rates = points.filter(pl.col("link_gbps").is_not_null()).select("link_gbps", "scope").unique()
-    rule = (
-        alt.Chart(rates)
-        .mark_rule(strokeDash=[6, 4], color="#333")
-        .encode(y="link_gbps:Q", tooltip=[alt.Tooltip("link_gbps:Q", title="line rate (Gbit/s)"), "scope:N"])
+    rule = _line_rates("bandwidth_by_size", "scope").encode(
+        y="link_gbps:Q", tooltip=[alt.Tooltip("link_gbps:Q", title="line rate (Gbit/s)"), "scope:N"]
     )
     return alt.layer(dots, rule).properties(width=640, height=300, title="How close each collective came to the line rate (dashed)")
 
 
-def throughput_chart(series: pl.DataFrame) -> alt.LayerChart:
+def throughput_chart() -> alt.LayerChart:
     """Throughput over time: what the NIC counters saw and what the collectives had to move.
 
     Windows in which the collectives moved data are shaded: the communication phases.
     """
-    phases = series.filter((pl.col("source") == "collectives") & (pl.col("gbps") > 0)).select("t_s", "t_end_s").unique()
-    shading = alt.Chart(phases).mark_rect(color="#f2b701", opacity=0.15).encode(x="t_s:Q", x2="t_end_s:Q")
+    shading = (
+        alt.Chart(_data("throughput_over_time"))
+        .transform_filter("datum.source === 'collectives' && datum.gbps > 0")
+        .transform_aggregate(hosts="count()", groupby=["t_s", "t_end_s"])
+        .mark_rect(color="#f2b701", opacity=0.15)
+        .encode(x="t_s:Q", x2="t_end_s:Q")
+    )
     lines = (
-        alt.Chart(series)
+        alt.Chart(_data("throughput_over_time"))
         .mark_line(interpolate="step-after")
         .encode(
             x=alt.X("t_s:Q", title="seconds since the first window"),
@@ -142,17 +161,16 @@ def throughput_chart(series: pl.DataFrame) -> alt.LayerChart:
             tooltip=["host:N", "series:N", alt.Tooltip("t_s:Q", format=".2f"), alt.Tooltip("gbps:Q", format=".3f")],
         )
     )
-    rates = series.filter(pl.col("link_gbps").is_not_null()).select("link_gbps").unique()
-    rule = alt.Chart(rates).mark_rule(strokeDash=[6, 4], color="#333").encode(y="link_gbps:Q")
+    rule = _line_rates("throughput_over_time").encode(y="link_gbps:Q")
     return alt.layer(shading, lines, rule).properties(
         width=760, height=260, title="Network throughput over time (communication phases shaded, line rate dashed)"
     )
 
 
-def wait_vs_transfer_chart(parts: pl.DataFrame) -> alt.Chart:
+def wait_vs_transfer_chart() -> alt.Chart:
     """Per step, exposed communication that was waiting for other ranks versus moving data."""
     return (
-        alt.Chart(parts)
+        alt.Chart(_data("wait_vs_transfer"))
         .mark_bar()
         .encode(
             x=alt.X("step:O", title="step"),
@@ -162,16 +180,19 @@ def wait_vs_transfer_chart(parts: pl.DataFrame) -> alt.Chart:
             ),
             tooltip=["step:O", "part:N", alt.Tooltip("ms:Q", format=".3f")],
         )
-        .properties(width=max(160, 28 * parts["step"].n_unique()), height=220, title="Exposed communication: waiting or moving data?")
+        .properties(width=360, height=220, title="Exposed communication: waiting or moving data?")
     )
 
 
-def whatif_heatmap(grid: pl.DataFrame, target: float) -> alt.LayerChart:
-    """The what-if scaling factor over line rate and compression; cells reaching `target` are outlined."""
-    data = grid.with_columns((pl.col("scaling_factor") >= target).alias("reaches_target"))
-    base = alt.Chart(data).encode(
-        x=alt.X("bandwidth_gbps:O", title="line rate (Gbit/s)"),
-        y=alt.Y("compression:O", title="compression ratio", sort="descending"),
+def whatif_heatmap() -> alt.LayerChart:
+    """The what-if scaling factor over line rate and compression; cells reaching the target are outlined."""
+    base = (
+        alt.Chart(_data("whatif_grid"))
+        .transform_calculate(reaches_target=f"datum.scaling_factor >= {WHATIF_TARGET}")
+        .encode(
+            x=alt.X("bandwidth_gbps:O", title="line rate (Gbit/s)"),
+            y=alt.Y("compression:O", title="compression ratio", sort="descending"),
+        )
     )
     cells = base.mark_rect(stroke="#000").encode(
         color=alt.Color("scaling_factor:Q", title="scaling factor", scale=alt.Scale(domain=[0, 1], scheme="redyellowgreen")),
@@ -185,14 +206,14 @@ def whatif_heatmap(grid: pl.DataFrame, target: float) -> alt.LayerChart:
     )
     labels = base.mark_text(fontSize=11).encode(text=alt.Text("scaling_factor:Q", format=".2f"))
     return alt.layer(cells, labels).properties(
-        width=520, height=200, title=f"Predicted scaling factor at full line rate (outlined: at least {target:g})"
+        width=520, height=200, title=f"Predicted scaling factor at full line rate (outlined: at least {WHATIF_TARGET:g})"
     )
 
 
-def job_scaling_chart(points: pl.DataFrame) -> alt.Chart:
+def job_scaling_chart() -> alt.Chart:
     """Scaling factor against ranks for the runs of one job: measured, predicted, estimated."""
     return (
-        alt.Chart(points)
+        alt.Chart(_data("job_scaling"))
         .mark_line(point=True)
         .encode(
             x=alt.X("ranks:Q", title="ranks", scale=alt.Scale(type="log", base=2)),
@@ -204,10 +225,10 @@ def job_scaling_chart(points: pl.DataFrame) -> alt.Chart:
     )
 
 
-def nccl_links_chart(links: pl.DataFrame) -> alt.Chart:
+def nccl_links_chart() -> alt.FacetChart:
     """A rank-by-rank matrix per communicator, coloured by the transport the link uses."""
     return (
-        alt.Chart(links)
+        alt.Chart(_data("nccl_links"))
         .mark_rect()
         .encode(
             x=alt.X("to_rank:O", title="to rank"),
@@ -222,10 +243,10 @@ def nccl_links_chart(links: pl.DataFrame) -> alt.Chart:
     )
 
 
-def nccl_call_mix_chart(mix: pl.DataFrame) -> alt.Chart:
+def nccl_call_mix_chart() -> alt.Chart:
     """Logged NCCL calls by op and power-of-two size range."""
     return (
-        alt.Chart(mix)
+        alt.Chart(_data("nccl_call_mix"))
         .mark_bar()
         .encode(
             x=alt.X("size_from:N", title="message size from", sort=alt.SortField("size_log2")),
@@ -237,10 +258,10 @@ def nccl_call_mix_chart(mix: pl.DataFrame) -> alt.Chart:
     )
 
 
-def nccl_tests_chart(results: pl.DataFrame) -> alt.Chart:
+def nccl_tests_chart() -> alt.Chart:
     """nccl-tests bus bandwidth against message size."""
     return (
-        alt.Chart(results)
+        alt.Chart(_data("nccl_tests"))
         .mark_line(point=True)
         .encode(
             x=alt.X("size_bytes:Q", scale=alt.Scale(type="log"), title="size (bytes)"),
@@ -251,3 +272,25 @@ def nccl_tests_chart(results: pl.DataFrame) -> alt.Chart:
         )
         .properties(width=520, height=220, title="nccl-tests: what the cluster's links can do")
     )
+
+
+# Every chart a report can draw, by the name the report asks for it by.
+CHARTS = {
+    "step_breakdown": step_breakdown_chart,
+    "rank_breakdown": rank_breakdown_chart,
+    "dimension_steps": dimension_steps_chart,
+    "step_timeline": step_timeline_chart,
+    "bandwidth_by_size": bandwidth_by_size_chart,
+    "throughput": throughput_chart,
+    "wait_vs_transfer": wait_vs_transfer_chart,
+    "whatif": whatif_heatmap,
+    "job_scaling": job_scaling_chart,
+    "nccl_links": nccl_links_chart,
+    "nccl_call_mix": nccl_call_mix_chart,
+    "nccl_tests": nccl_tests_chart,
+}
+
+
+def specs() -> dict[str, dict]:
+    """Every chart's Vega-Lite spec, checked against the schema, its data left to be named."""
+    return {name: build().to_dict(validate=True) for name, build in CHARTS.items()}

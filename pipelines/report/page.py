@@ -1,4 +1,4 @@
-"""Assemble a standalone HTML page: text, tables and Altair charts, with Vega inlined once.
+"""Assemble a standalone HTML page: text, tables and charts (Vega-Lite specs), with Vega inlined once.
 
 Everything that comes from a trace (kernel names, host names, file paths, run ids) is escaped
 before it reaches the page: HTML-escaped in markup, and JSON inside scripts has `<` escaped so
@@ -12,14 +12,10 @@ import json
 from dataclasses import dataclass
 from functools import cache
 
-import altair as alt
 import vl_convert
 
 from pipelines.cache import kept
-
-# Checking every spec against the Vega-Lite schema costs a tenth of a report's time; the tests
-# turn it on for every chart, and the charts are fixed code, so a report skips it.
-VALIDATE = False
+from pipelines.report import templates
 
 
 @cache
@@ -79,12 +75,10 @@ class Page:
     def add(self, title: str, body: str) -> None:
         self.sections.append(Section(title, body))
 
-    def chart(self, chart: alt.TopLevelMixin) -> str:
-        """Place a chart; returns the HTML element it renders into."""
+    def chart(self, name: str, datasets: dict[str, list[dict]]) -> str:
+        """Place chart `name` (pipelines/report/charts.py) drawn from `datasets`; returns the HTML element it renders into."""
         element = f"chart-{len(self.charts)}"
-        # The report's queries bound their rows themselves (MAX_STRETCHES, MAX_POINTS, ...).
-        with alt.data_transformers.disable_max_rows():
-            self.charts.append((element, chart.to_dict(validate=VALIDATE)))
+        self.charts.append((element, templates.filled(name, datasets)))
         return f"<div class='chart' id='{element}'></div>"
 
     def render(self) -> str:
