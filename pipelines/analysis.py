@@ -74,7 +74,7 @@ def open_version(
     version: Path, settings: Settings, run_id: str, tables: tuple[str, ...] = PARSE_TABLES
 ) -> duckdb.DuckDBPyConnection:
     """A session with a view per table in `tables`, reading one version of one run."""
-    con = duckdb.connect(config=settings.duckdb_config())
+    con = sql.session(settings.duckdb_config())
     sql.set_variables(
         con,
         run_id=run_id,
@@ -93,7 +93,7 @@ def open_version(
 def _create_view(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """A view of table `name` over its Parquet files in the session's version."""
     con.execute(
-        f'CREATE OR REPLACE VIEW "{name}" AS SELECT * FROM read_parquet('
+        f'CREATE OR REPLACE TEMP VIEW "{name}" AS SELECT * FROM read_parquet('
         f"getvariable('version_dir') || '/{name}/*.parquet', union_by_name = true)"
     ).fetchall()
 
@@ -141,7 +141,7 @@ def _reads(order: tuple[str, ...] = BUILD_ORDER) -> dict[str, set[str]]:
 
 
 def _parsed_reads(order: tuple[str, ...], queries: dict[str, str]) -> dict[str, list[str]]:
-    con = duckdb.connect()
+    con = sql.session()
     reads = {}
     try:
         replayed = set().union(*(_relations(con, query) for query in replay.QUERIES))

@@ -67,7 +67,7 @@ def parse_run(
     """Write `runs`, `ranks`, `process_groups`, `trace_events` and `parse_issues` for one run."""
     started = time.perf_counter()
     issues = list(source.issues)
-    con = duckdb.connect(config=settings.duckdb_config())
+    con = sql.session(settings.duckdb_config())
     try:
         events_dir = warehouse.table_dir(version, "trace_events")
         work_root = version / "_work"

@@ -51,8 +51,12 @@ def job_mates(store: Warehouse, runs: Collection[str]) -> set[str]:
 
 
 def recompute(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """Rebuild every roll-up in this session (as temporary tables that shadow the stored ones)."""
-    return {name: sql.materialize(con, name) for name in ROLLUP_TABLES}
+    """Rebuild every roll-up in this session, as temporary tables in place of the stored ones' views."""
+    rows = {}
+    for name in ROLLUP_TABLES:
+        con.execute(f'DROP VIEW IF EXISTS "{name}"').fetchall()
+        rows[name] = sql.materialize(con, name)
+    return rows
 
 
 def publish(store: Warehouse, settings: Settings) -> dict[str, int]:

@@ -23,6 +23,7 @@ Header format:
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -124,6 +125,26 @@ def parse(name: str, text: str) -> TableSql:
 def _paragraphs(lines: list[str]) -> str:
     text = "\n".join(lines).strip()
     return re.sub(r"(?<!\n)\n(?!\n)", " ", text)
+
+
+# This process's in-memory databases, one per configuration (see `session`).
+_DATABASES: dict[tuple, duckdb.DuckDBPyConnection] = {}
+_DATABASES_LOCK = threading.Lock()
+
+
+def session(config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    """A new connection to this process's in-memory database of configuration `config`.
+
+    Opening a database costs 20-40 ms and an ingest opens about ten sessions; a connection to an
+    open one costs under a millisecond. A connection's variables and its temporary tables, views,
+    macros and registered objects are its own, so a session creates nothing but TEMP objects and
+    sees no other session's; what it made goes when it is closed.
+    """
+    key = tuple(sorted((config or {}).items()))
+    with _DATABASES_LOCK:
+        if key not in _DATABASES:
+            _DATABASES[key] = duckdb.connect(config=dict(key))
+        return _DATABASES[key].cursor()
 
 
 def set_variables(con: duckdb.DuckDBPyConnection, **values: Any) -> None:

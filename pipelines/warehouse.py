@@ -130,7 +130,7 @@ class Warehouse:
             self._write_catalog()
 
     def _write_schema_files(self) -> None:
-        con = duckdb.connect()
+        con = sql.session()
         try:
             targets = [(name, self.runs_dir / SCHEMA_DIR / name / "empty.parquet") for name in TABLES]
             targets += [(name, self.rollups_dir / name / "empty.parquet") for name in ROLLUP_TABLES]
@@ -149,14 +149,15 @@ class Warehouse:
 
     def view_sql(
         self, root_expr: str = "getvariable('wirespeed_root')", run_dirs_expr: str | None = None,
-        names: tuple[str, ...] = TABLES + ROLLUP_TABLES,
+        names: tuple[str, ...] = TABLES + ROLLUP_TABLES, temporary: bool = True,
     ) -> str:
         """CREATE VIEW statements for tables `names`: `runs/*/<table>/*.parquet`, `rollups/<table>/*.parquet`.
 
         `root_expr` is the SQL expression for the warehouse root: a session variable in the
         sessions this module opens, a literal only in the persistent catalog (a stored view
         cannot refer to a parameter). `run_dirs_expr`, a list of run folders, replaces
-        `runs/*` in the per-run tables.
+        `runs/*` in the per-run tables. Sessions' views are temporary (see sql.session); the
+        catalog's are not.
         """
         def per_run(name: str) -> str:
             if run_dirs_expr is None:
@@ -166,7 +167,7 @@ class Warehouse:
         sources = [(name, per_run(name)) for name in TABLES if name in names]
         sources += [(name, f"{root_expr} || '/rollups/{name}/*.parquet'") for name in ROLLUP_TABLES if name in names]
         return "\n".join(
-            f'CREATE OR REPLACE VIEW "{name}" AS SELECT * FROM read_parquet('
+            f'CREATE OR REPLACE {"TEMP " if temporary else ""}VIEW "{name}" AS SELECT * FROM read_parquet('
             f"{files}, union_by_name = true, hive_partitioning = false);"
             for name, files in sources
         )
@@ -176,7 +177,7 @@ class Warehouse:
         root = str(self.root)
         if "'" in root:
             raise ValueError(f"the warehouse path cannot contain a single quote: {root}")
-        wanted = self.view_sql(f"'{root}'")
+        wanted = self.view_sql(f"'{root}'", temporary=False)
         stamp = self.root / "catalog.sql"
         if self.catalog_path.exists() and stamp.exists() and stamp.read_text() == wanted:
             return
@@ -199,8 +200,7 @@ class Warehouse:
         not grow with the warehouse. Each view reads its files' schemas when it is made, so a
         session that needs few tables is quicker to open with only those.
         """
-        config = {"threads": threads} if threads else {}
-        con = duckdb.connect(config=config)
+        con = sql.session({"threads": threads} if threads else None)
         sql.set_variables(con, wirespeed_root=str(self.root))
         if runs is None:
             con.execute(self.view_sql(names=tables)).fetchall()
