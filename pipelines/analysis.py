@@ -20,9 +20,8 @@ import duckdb
 
 from pipelines import replay, sql, whatif
 from pipelines.cache import kept
-from pipelines.kineto.normalize import MAX_PLAUSIBLE_DUR_NS
 from pipelines.settings import Settings
-from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
+from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, create_version_view, open_version
 
 # Build order: each file may read the tables before it. Names starting with `_` are
 # intermediate and not published. `_bucket_readiness` comes early so that `_device_events`, its
@@ -68,34 +67,6 @@ class AnalysisSummary:
     seconds: float
     table_seconds: dict[str, float]  # building each table (intermediates too) and writing it, in build order
     finished: Any = None  # what `finish` returned
-
-
-def open_version(
-    version: Path, settings: Settings, run_id: str, tables: tuple[str, ...] = PARSE_TABLES
-) -> duckdb.DuckDBPyConnection:
-    """A session with a view per table in `tables`, reading one version of one run."""
-    con = sql.session(settings.duckdb_config())
-    sql.set_variables(
-        con,
-        run_id=run_id,
-        version_dir=str(version),
-        comm_pattern=settings.comm_regex(),
-        max_dur_ns=MAX_PLAUSIBLE_DUR_NS,
-        dimension_keys=[key for key, _ in settings.dimensions],
-        dimension_values=[value for _, value in settings.dimensions],
-    )
-    for name in tables:
-        _create_view(con, name)
-    sql.run_macros(con)
-    return con
-
-
-def _create_view(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """A view of table `name` over its Parquet files in the session's version."""
-    con.execute(
-        f'CREATE OR REPLACE TEMP VIEW "{name}" AS SELECT * FROM read_parquet('
-        f"getvariable('version_dir') || '/{name}/*.parquet', union_by_name = true)"
-    ).fetchall()
 
 
 # The run's N and line rate, read before the what-if tables are built (see _register_whatif_inputs).
@@ -215,7 +186,7 @@ def _publish(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> int:
     millions of rows (`step_timeline`) in the session would push the rest of the analysis to disk.
     """
     written = sql.write_parquet(con, f"({sql.table(name).select()})", folder / "part-0.parquet")
-    _create_view(con, name)
+    create_version_view(con, name)
     return written
 
 

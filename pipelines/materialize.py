@@ -100,7 +100,7 @@ def ingest_paths(
             outcomes[name] = runner.run(name, BarProgress(bar))
         runner.finish(outcomes)
     ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
-    con = store.connect(runs=ingested, tables=("verdict",))
+    con = store.connect(settings.load(store.root).duckdb_config(), runs=ingested, tables=("verdict",))
     try:
         return [_result(outcomes[name], name, path, store, con) for name, path in runs]
     finally:

@@ -34,15 +34,15 @@ def session(store: Warehouse, settings: Settings, runs: Collection[str] | None =
 
     Roll-up rows computed over `runs` are exact for runs whose job mates are all among them.
     """
-    con = store.connect(settings.threads, runs)
+    con = store.connect(settings.duckdb_config(), runs)
     sql.set_variables(con, comm_pattern=settings.comm_regex(), max_dur_ns=MAX_PLAUSIBLE_DUR_NS, **settings.verdict)
     sql.run_macros(con)
     return con
 
 
-def job_mates(store: Warehouse, runs: Collection[str]) -> set[str]:
+def job_mates(store: Warehouse, settings: Settings, runs: Collection[str]) -> set[str]:
     """`runs` and every run that shares a job with one of them."""
-    con = store.connect(tables=("runs", "scaling"))
+    con = store.connect(settings.duckdb_config(), tables=("runs", "scaling"))
     try:
         sql.set_variables(con, changed=sorted(runs))
         return set(runs) | {run_id for (run_id,) in con.execute(_JOB_MATES).fetchall()}
@@ -73,7 +73,7 @@ def publish(store: Warehouse, settings: Settings) -> dict[str, int]:
 def update(store: Warehouse, settings: Settings, runs: Collection[str]) -> dict[str, int]:
     """Recompute the roll-up rows that `runs` change and merge them into the stored files."""
     with store.rollup_lock():
-        mates = job_mates(store, runs)
+        mates = job_mates(store, settings, runs)
         con = session(store, settings, mates)
         try:
             recompute(con)

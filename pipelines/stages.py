@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines import checks
-from pipelines.analysis import analyze_run, open_version
+from pipelines.analysis import analyze_run
 from pipelines.ingest import parse_run
 from pipelines.settings import Settings
 from pipelines.sources import RunSource, discover
-from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse
+from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, open_version
 
 
 class StageError(Exception):

@@ -34,6 +34,8 @@ from urllib.parse import quote, unquote
 import duckdb
 
 from pipelines import sql
+from pipelines.kineto.normalize import MAX_PLAUSIBLE_DUR_NS
+from pipelines.settings import Settings
 
 # Tables written by parsing a run's raw inputs, and tables derived from them by SQL.
 PARSE_TABLES = (
@@ -191,16 +193,17 @@ class Warehouse:
         stamp.write_text(wanted)
 
     def connect(
-        self, threads: int | None = None, runs: Collection[str] | None = None,
+        self, config: dict | None = None, runs: Collection[str] | None = None,
         tables: tuple[str, ...] = TABLES + ROLLUP_TABLES,
     ) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB session with a view per table of `tables`; it takes no lock on anything.
 
-        With `runs`, the per-run tables cover those published runs only: a session whose cost does
-        not grow with the warehouse. Each view reads its files' schemas when it is made, so a
-        session that needs few tables is quicker to open with only those.
+        `config` is DuckDB's (an ingest's `Settings.duckdb_config()`; else DuckDB's defaults). With
+        `runs`, the per-run tables cover those published runs only: a session whose cost does not
+        grow with the warehouse. Each view reads its files' schemas when it is made, so a session
+        that needs few tables is quicker to open with only those.
         """
-        con = sql.session({"threads": threads} if threads else None)
+        con = sql.session(config)
         sql.set_variables(con, wirespeed_root=str(self.root))
         if runs is None:
             con.execute(self.view_sql(names=tables)).fetchall()
@@ -345,3 +348,31 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copy2(source, target)
+
+
+def open_version(
+    version: Path, settings: Settings, run_id: str, tables: tuple[str, ...] = PARSE_TABLES
+) -> duckdb.DuckDBPyConnection:
+    """A session with a view per table in `tables`, reading one version of one run."""
+    con = sql.session(settings.duckdb_config())
+    sql.set_variables(
+        con,
+        run_id=run_id,
+        version_dir=str(version),
+        comm_pattern=settings.comm_regex(),
+        max_dur_ns=MAX_PLAUSIBLE_DUR_NS,
+        dimension_keys=[key for key, _ in settings.dimensions],
+        dimension_values=[value for _, value in settings.dimensions],
+    )
+    for name in tables:
+        create_version_view(con, name)
+    sql.run_macros(con)
+    return con
+
+
+def create_version_view(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """A view of table `name` over its Parquet files in the session's version."""
+    con.execute(
+        f'CREATE OR REPLACE TEMP VIEW "{name}" AS SELECT * FROM read_parquet('
+        f"getvariable('version_dir') || '/{name}/*.parquet', union_by_name = true)"
+    ).fetchall()

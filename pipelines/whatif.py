@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from pipelines import sql
 
@@ -162,11 +161,17 @@ class Grid:
 def register_inputs(con: duckdb.DuckDBPyConnection, grid: Grid, reduce_cost: list[tuple[int, float]]) -> None:
     """Give the what-if SQL its grid and reduce-cost table."""
     cells = [(n, b, c) for n in grid.ranks for b in grid.bandwidths_gbps for c in grid.compressions]
-    con.register("_whatif_grid", pa.table({
-        "ranks": [c[0] for c in cells], "bandwidth_gbps": [c[1] for c in cells], "compression": [c[2] for c in cells],
-    }))
-    con.register("_whatif_targets", pa.table({"target": list(grid.targets)}))
-    con.register("_reduce_cost", pa.table({"bytes": [p[0] for p in reduce_cost], "seconds": [p[1] for p in reduce_cost]}))
+    _temp_table(con, "_whatif_grid", {
+        "ranks": [c[0] for c in cells], "bandwidth_gbps": [float(c[1]) for c in cells], "compression": [float(c[2]) for c in cells],
+    })
+    _temp_table(con, "_whatif_targets", {"target": [float(t) for t in grid.targets]})
+    _temp_table(con, "_reduce_cost", {"bytes": [p[0] for p in reduce_cost], "seconds": [float(p[1]) for p in reduce_cost]})
+
+
+def _temp_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, list]) -> None:
+    """A temporary table of these columns (equal-length lists of a few rows), passed as parameters."""
+    select = ", ".join(f'unnest(${i}) AS "{column}"' for i, column in enumerate(columns, start=1))
+    con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS SELECT {select}', list(columns.values())).fetchall()
 
 
 def register_scenario(
@@ -176,7 +181,7 @@ def register_scenario(
     if compute_s <= 0:
         raise ValueError("the step time without communication (--compute-ms) must be positive")
     backward_s = max((b.ready_s for b in buckets), default=0.0)
-    con.register("_whatif_scenario_input", pa.table({
+    _temp_table(con, "_whatif_scenario_input", {
         "bucket": list(range(1, len(buckets) + 1)),
         "ready_ns": [round(b.ready_s * 1e9) for b in buckets],
         "bytes": [b.bytes for b in buckets],
@@ -184,7 +189,7 @@ def register_scenario(
         "compute_ns": [round(compute_s * 1e9)] * len(buckets),
         "ranks": [ranks] * len(buckets),
         "description": [description] * len(buckets),
-    }))
+    })
     sql.materialize_from(con, "_whatif_scenario", "_whatif_scenario_input")
 
 

@@ -16,8 +16,7 @@ import duckdb
 
 from pipelines import settings as settings_module
 from pipelines import replay, whatif
-from pipelines.analysis import open_version
-from pipelines.warehouse import TABLES, Warehouse
+from pipelines.warehouse import TABLES, Warehouse, open_version
 
 
 def numbers(text: str | None, kind=float) -> tuple:

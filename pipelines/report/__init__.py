@@ -13,11 +13,10 @@ from pathlib import Path
 import duckdb
 
 from pipelines import checks, rollups, sql
-from pipelines.analysis import open_version
 from pipelines.checks import Verdict
 from pipelines.report.page import Page, paragraph, table, text
 from pipelines.settings import Settings
-from pipelines.warehouse import TABLES, Warehouse
+from pipelines.warehouse import TABLES, Warehouse, open_version
 
 MAX_STRETCHES = 20_000
 MAX_POINTS = 1_500
@@ -290,7 +289,7 @@ def report_run(
             verdicts = [checks.judge(check, con) for check in checks.PARSE_CHECKS + checks.ANALYSIS_CHECKS]
         finally:
             con.close()
-    con = rollups.session(store, settings, [run_id] if stored_rollups else rollups.job_mates(store, [run_id]))
+    con = rollups.session(store, settings, [run_id] if stored_rollups else rollups.job_mates(store, settings, [run_id]))
     try:
         if not stored_rollups:
             rollups.recompute(con)

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from functools import cache
 
-import vl_convert
+import importlib.metadata
 
 from pipelines.cache import kept
 from pipelines.report import templates
@@ -22,9 +22,15 @@ from pipelines.report import templates
 def vega_bundle() -> str:
     """Vega, Vega-Lite and vega-embed as one script that defines `window.vegaEmbed`.
 
-    Building it takes about a second, so it is built once per vl-convert version and kept.
+    Building it takes about a second, and importing vl-convert a tenth, so it is built once per
+    vl-convert version and kept.
     """
-    return kept(f"vega-bundle-vl-convert-{vl_convert.__version__}.js", vl_convert.javascript_bundle)
+    def build() -> str:
+        import vl_convert
+
+        return vl_convert.javascript_bundle()
+
+    return kept(f"vega-bundle-vl-convert-{importlib.metadata.version('vl-convert-python')}.js", build)
 
 
 def script_json(value) -> str:
