@@ -229,6 +229,8 @@ def _write_logs(
         rows["nccl_messages"] += parsed.messages
         rows["nccl_tests_results"] += parsed.tests
         issues.extend(parsed.issues)
+        if not parsed.parsed:
+            issues.append(ParseIssue(str(path), None, None, "info", "read as an NCCL log, but no line in it is one wirespeed reads"))
         if progress:
             progress(path.stat().st_size)
     for name in NCCL_TABLES:

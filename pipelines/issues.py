@@ -14,7 +14,7 @@ class ParseIssue:
     file: str
     line: int | None
     byte_offset: int | None
-    severity: str  # "error": data was skipped; "warning": data was kept but is doubtful
+    severity: str  # "error": data was skipped; "warning": kept but doubtful; "info": a file that holds no input
     reason: str
 
     def where(self) -> str:

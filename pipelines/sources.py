@@ -1,27 +1,52 @@
-"""Find a run's raw inputs, whatever shape they come in.
+"""Find a run's raw inputs by what its files are, whatever shape they come in.
 
-Three shapes are accepted:
-- a collector run folder (`manifest.json`, `traces/`, `nccl/`, `samples/`, `_DONE`), written by
-  `collectors`;
-- a bare folder of Kineto traces from elsewhere (tensorboard_trace_handler or export_chrome_trace
-  output, `.json` or `.json.gz`) and/or NCCL logs (`.log`, `.txt`, `.out`, `.err`); its run id is
-  the folder's name;
-- a single trace file or log file; its run id is the file name without its suffixes.
+A path given to ingest is one run: a single trace or log file, or a folder. A folder's files are
+classified one by one, at its top and in every subfolder (the collector's `traces/`, `nccl/`,
+`samples/`, `ranks/`, `hosts/`, or a folder per node copied from a cluster):
+
+- Kineto traces: `.json` and `.json.gz` files (the trace parser reports any that is not one);
+- NCCL logs: `.log`, `.txt`, `.out`, `.err` files, and any other file with a line near its start
+  that only NCCL writes (a job's stdout saved without a suffix, a compressed log);
+- counters: the collector's `net.<host>.csv` and `cpu.<host>.csv`;
+- the collector's `manifest.json` at the top, and `ranks/*.json` and `hosts/*.json`, which the
+  manifest is made from: when a run died before its manifest was written, it is made from them;
+- the collector's markers, `_DONE` and `hosts/.finishing`.
+
+Every other file, and any subfolder that is a run folder of its own, is named in `parse_issues`
+with the reason it was not read, so that nothing given to ingest is ignored without a word. A
+folder is a collector run folder when it holds a manifest or any of the collector's subfolders;
+its run id is the manifest's, else the folder's name; a file's is its name without suffixes.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collectors import manifest as collector_manifest
+from collectors import rundir
 from pipelines.issues import ParseIssue
 
-MANIFEST = "manifest.json"
-DONE_MARKER = "_DONE"
+MANIFEST = rundir.MANIFEST
+DONE_MARKER = rundir.DONE
 TRACE_SUFFIXES = (".json", ".json.gz")
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+COLLECTOR_FOLDERS = (rundir.TRACES, rundir.NCCL, "samples", rundir.RANKS, rundir.HOSTS)
 _STRIP_SUFFIXES = (".gz", ".json", ".trace", ".pt", ".log", ".txt", ".out", ".err")
+# A file of another name is an NCCL log if its start holds a line only NCCL writes: a debug line
+# (whatever prefixes a launcher adds), a version banner, an nccl-tests header, a profiler-plugin
+# record, a PyTorch watchdog line.
+_SNIFF_BYTES = 64 << 10
+_NCCL_LINE = re.compile(
+    rb"\[\d+\] (?:\S+ )?NCCL (?:INFO|WARN|ERROR) |^NCCL version \d"
+    rb"|^#\s+(?:nccl-tests|nThread|Collective test|Rank\s+\d+ Group|size\s+count)"
+    rb'|"cat": "(?:COLL|GROUP|P2P)"|ProcessGroupNCCL',
+    re.M,
+)
 
 
 @dataclass
@@ -57,7 +82,7 @@ def run_id_for(path: Path) -> str:
 
 
 def discover(path: Path, run_id: str | None = None) -> RunSource:
-    """Describe the run at `path`: its id, kind, trace files and manifest."""
+    """Describe the run at `path`: its id, kind, inputs and manifest, and every file it skips."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
@@ -66,36 +91,82 @@ def discover(path: Path, run_id: str | None = None) -> RunSource:
         if path.name.endswith(TRACE_SUFFIXES):
             return RunSource(run_id, path, "trace file", [path])
         return RunSource(run_id, path, "log file", [], nccl_log_files=[path])
-    issues: list[ParseIssue] = []
-    manifest_path = path / MANIFEST
-    if manifest_path.exists() or (path / "traces").is_dir():
-        manifest = _read_manifest(manifest_path, issues)
-        traces = _trace_files(path / "traces")
-        samples = path / "samples"
-        logs = sorted(p for p in (path / "nccl").glob("*") if p.is_file() and not p.name.startswith("."))
-        return RunSource(
-            run_id, path, "collector", traces, manifest, issues,
-            logs, sorted(samples.glob("net.*.csv")), sorted(samples.glob("cpu.*.csv")),
-        )
-    traces = _trace_files(path)
-    logs = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(LOG_SUFFIXES) and not p.name.startswith("."))
-    return RunSource(run_id, path, "trace folder" if traces or not logs else "log folder", traces, {}, issues, logs)
+    source = RunSource(run_id, path, "", [])
+    described = False  # whether a ranks/ or hosts/ file was found
+    for file in _files(path, source.issues):
+        relative = file.relative_to(path)
+        top, name = relative.parts[0], file.name
+        if relative == Path(MANIFEST) or relative == Path(DONE_MARKER) or relative == Path(rundir.FINISH_CLAIM):
+            continue
+        if top in (rundir.RANKS, rundir.HOSTS) and len(relative.parts) == 2 and name.endswith(".json"):
+            described = True
+        elif name.startswith("."):
+            source.issues.append(_skipped(file, "a hidden file"))
+        elif name.endswith(TRACE_SUFFIXES):
+            source.trace_files.append(file)
+        elif name.endswith(".csv") and name.startswith(("net.", "cpu.")):
+            (source.net_sample_files if name.startswith("net.") else source.cpu_sample_files).append(file)
+        elif name.endswith(LOG_SUFFIXES) or _has_nccl_lines(file):
+            source.nccl_log_files.append(file)
+        else:
+            source.issues.append(_skipped(file, "neither a trace, an NCCL log, a counter sample nor a manifest"))
+    collector = (path / MANIFEST).exists() or any((path / folder).is_dir() for folder in COLLECTOR_FOLDERS)
+    if collector:
+        source.kind = "collector"
+        source.manifest = _read_manifest(path / MANIFEST, source.issues, described)
+    else:
+        source.kind = "trace folder" if source.trace_files or not source.nccl_log_files else "log folder"
+    return source
 
 
-def _trace_files(folder: Path) -> list[Path]:
-    if not folder.is_dir():
-        return []
-    return sorted(
-        p for p in folder.iterdir()
-        if p.is_file() and p.name != MANIFEST and p.name.endswith(TRACE_SUFFIXES) and not p.name.startswith(".")
-    )
+def _files(folder: Path, issues: list[ParseIssue]) -> list[Path]:
+    """Every file under `folder`, in path order, but not inside another run's folder (named in `issues`)."""
+    found = []
+    for parent, folders, files in os.walk(folder):
+        here = Path(parent)
+        if here != folder and (here / MANIFEST).is_file():
+            issues.append(ParseIssue(str(here), None, None, "warning",
+                                     "a run folder of its own (it has a manifest.json): not read; ingest it as a run"))
+            folders.clear()
+            continue
+        folders.sort()
+        found += [here / name for name in sorted(files)]
+    return found
 
 
-def _read_manifest(path: Path, issues: list[ParseIssue]) -> dict:
+def _skipped(file: Path, what: str) -> ParseIssue:
+    return ParseIssue(str(file), None, None, "info", f"not read: {what}")
+
+
+def _has_nccl_lines(file: Path) -> bool:
+    """Whether the file's first bytes (decompressed, for gzip) hold a line only NCCL writes."""
+    try:
+        with open(file, "rb") as raw:
+            head = raw.read(_SNIFF_BYTES)
+        if head.startswith(b"\x1f\x8b"):
+            with gzip.open(file, "rb") as unpacked:
+                head = unpacked.read(_SNIFF_BYTES)
+    except (OSError, EOFError):
+        return False
+    return _NCCL_LINE.search(head) is not None
+
+
+def _read_manifest(path: Path, issues: list[ParseIssue], described: bool = False) -> dict:
+    """The run's manifest; without one, what the ranks' and hosts' files say (`described`)."""
     if not path.exists():
-        if path.parent.joinpath("traces").is_dir():
-            issues.append(ParseIssue(str(path), None, None, "warning", "the run folder has no manifest.json"))
-        return {}
+        if not described:
+            if path.parent.joinpath(rundir.TRACES).is_dir():
+                issues.append(ParseIssue(str(path), None, None, "warning", "the run folder has no manifest.json"))
+            return {}
+        issues.append(ParseIssue(
+            str(path), None, None, "warning",
+            "the run folder has no manifest.json (did the run finish?): its ranks/ and hosts/ files were read instead",
+        ))
+        hosts = rundir.read_host_files(path.parent)
+        launch = collector_manifest.merge_launches(hosts) if hosts else None
+        built = collector_manifest.build(path.parent, path.parent.name, launch=launch)
+        built.pop("run_id")
+        return built
     try:
         manifest = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as bad:

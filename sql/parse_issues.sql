@@ -2,7 +2,8 @@
 --
 -- Nothing is dropped silently: a file that is not a trace, an event cut off mid-write, a value
 -- of the wrong type, a duplicated rank, a contradicting manifest all leave a row here, and the
--- rest of the run is ingested all the same.
+-- rest of the run is ingested all the same. Every file under a path given to ingest is either
+-- read or named here.
 --
 -- Grain: one row per run and problem found.
 --
@@ -11,6 +12,7 @@
 --   file VARCHAR  The raw file the problem is in.
 --   line BIGINT  Line in that file, where known.
 --   byte_offset BIGINT  Byte offset in the (uncompressed) file, where known.
---   severity VARCHAR  'error' (data was skipped) or 'warning' (data was kept but is doubtful).
+--   severity VARCHAR  'error' (data was skipped), 'warning' (data was kept but is doubtful) or
+--       'info' (a file given to ingest that holds no input, such as a README, and was not read).
 --   reason VARCHAR  What is wrong and what was done about it.
 SELECT * FROM _parse_issues_input

@@ -22,6 +22,7 @@ Three things need state across lines:
 from __future__ import annotations
 
 import re
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -338,9 +339,11 @@ class _Reader:
 
 
 def read_log(path: Path, run_id: str, utc_offset_s: int = 0) -> LogRows:
-    """Parse every whole line of an NCCL log; report the rest."""
+    """Parse every whole line of an NCCL log (gzip-compressed or not); report the rest."""
     reader = _Reader(path, run_id, utc_offset_s)
     data = Path(path).read_bytes()
+    if data.startswith(b"\x1f\x8b"):
+        data = zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(data)  # as much as there is, if cut off
     text = data.decode("utf-8", errors="replace")
     if "\ufffd" in text:
         reader.issue(None, "warning", "invalid UTF-8 was replaced by U+FFFD")
