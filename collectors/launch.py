@@ -49,11 +49,14 @@ def collect(
     intra_link_gbps: float | None = None,
     sample_interval_ms: float = 100,
     nnodes: int = 1,
+    quiet: bool = False,
 ) -> tuple[Path, int]:
     """Run `command` with the run folder set up; return the folder and the command's exit code.
 
     With `nnodes` > 1 this is one of the run's hosts: the folder may exist already (another host
-    made it) and the run id must be given, the same on every host.
+    made it) and the run id must be given, the same on every host. `quiet` sends the command's
+    output to `output/<host>.log` in the run folder instead of this terminal (it is read as a log:
+    PyTorch's watchdog writes there).
     """
     if not command:
         raise ValueError("no command to run")
@@ -89,8 +92,9 @@ def collect(
     if sampler:
         sampler.start()
     started = time.time_ns()
+    output = run_dir / rundir.OUTPUT / f"{safe_host(host.hostname())}.log" if quiet else None
     try:
-        exit_code = _run(command, environment)
+        exit_code = _run(command, environment, output)
     finally:
         sampling = [sampler.stop() | {"host": host.hostname()}] if sampler else []
     launch = {
@@ -124,9 +128,15 @@ def _last_to_finish(run_dir: Path, nnodes: int) -> bool:
     return True
 
 
-def _run(command: list[str], environment: dict[str, str]) -> int:
-    """Run the command in the foreground, passing SIGINT/SIGTERM on so it can stop cleanly."""
-    child = subprocess.Popen(command, env=environment)
+def _run(command: list[str], environment: dict[str, str], output: Path | None) -> int:
+    """Run the command in the foreground, passing SIGINT/SIGTERM on so it can stop cleanly; its
+    output goes to this terminal, or to the file `output`."""
+    if output is None:
+        child = subprocess.Popen(command, env=environment)
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with open(output, "ab") as handle:
+            child = subprocess.Popen(command, env=environment, stdout=handle, stderr=subprocess.STDOUT)
     forwarded = {}
 
     def forward(signum, _frame):

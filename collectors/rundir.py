@@ -6,6 +6,7 @@
         nccl/nccl.<host>.<pid>.log        NCCL debug log, one per process
         samples/{net,cpu}.<host>.csv      network and CPU counters, sampled on one process per host
         hosts/<host>.json                 each host's `wirespeed collect`: command, exit code, times
+        output/<host>.log                 the job's own output, when collected quietly (the demo)
         manifest.json                    the run as a whole, written once every rank has finished
         _DONE                            written last; the pipeline ingests nothing before it
 """
@@ -21,6 +22,7 @@ TRACES = "traces"
 RANKS = "ranks"
 NCCL = "nccl"
 HOSTS = "hosts"
+OUTPUT = "output"
 # Created exclusively by the one launcher that writes the manifest of a multi-host run.
 FINISH_CLAIM = "hosts/.finishing"
 MANIFEST = "manifest.json"

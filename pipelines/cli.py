@@ -5,7 +5,7 @@
     wirespeed ingest PATH... [--warehouse DIR]                    ingest runs (Dagster, in-process)
     wirespeed sql "QUERY" [--format table|csv|json]               query the warehouse
     wirespeed report RUN_ID [-o FILE]                             write a run's HTML report
-    wirespeed demo [--cluster]                                    capture, ingest and report a demo
+    wirespeed demo [--cluster | --single-host]                    capture, ingest and judge a demo run
 
 Heavy imports (dagster, duckdb, torch) happen inside the subcommands that need them, so that
 `wirespeed collect` starts fast inside a training job's environment.
@@ -104,10 +104,10 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from pipelines.demo import run_cluster_demo, run_demo
+    from pipelines.demo import run_demo
 
-    demo = run_cluster_demo if args.cluster else run_demo
-    return demo(_warehouse_dir(args.warehouse), _landing_dir(args.landing), EXAMPLES)
+    where = "cluster" if args.cluster else "single-host" if args.single_host else "auto"
+    return run_demo(_warehouse_dir(args.warehouse), _landing_dir(args.landing), EXAMPLES, where)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -181,10 +181,13 @@ def parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="capture a 2-rank gloo DDP run, ingest it with a real A100 trace, write reports")
     demo.add_argument("--warehouse", help=warehouse_help)
     demo.add_argument("--landing", help="folder for the captured run (default: $WIRESPEED_LANDING or ./landing)")
-    demo.add_argument(
+    where = demo.add_mutually_exclusive_group()
+    where.add_argument(
         "--cluster", action="store_true",
-        help="capture on two emulated hosts (network namespaces, 1 Gbit/s link; needs root, ip and tc)",
+        help="capture on two emulated hosts (network namespaces, 1 Gbit/s link; needs root, ip and tc), or fail; "
+             "the default when the machine allows",
     )
+    where.add_argument("--single-host", action="store_true", help="capture on this host, over loopback (a line rate assumed)")
     demo.set_defaults(run=cmd_demo)
     return top
 

@@ -36,14 +36,25 @@ class IngestResult:
     bottleneck: str | None = None
     report: Path | None = None
     waits_for: str | None = None  # the dimension and link most of the exposed time waited for
+    link_gbps: float | None = None  # the line rate the collectives were judged against
+    utilization: float | None = None  # of that line rate, by the collectives' bus bandwidth
+    full_rate_sf: float | None = None  # the what-if: scaling factor at full line rate
+    estimated_sf: float | None = None  # 1 - exposed share: the scaling factor now
 
     def describe(self) -> str:
         if not self.success:
             return f"{self.run_id}: FAILED: {self.error}"
         share = f"exposed communication {self.exposed_comm_share:.1%} of step time" if self.exposed_comm_share is not None else ""
         share += f", mostly {self.waits_for}; " if share and self.waits_for else "; " if share else ""
+        facts = []
+        if self.utilization is not None:
+            facts.append(f"the collectives used {self.utilization:.0%} of the {self.link_gbps:g} Gbit/s line rate")
+        if self.full_rate_sf is not None:
+            now = f"{self.estimated_sf:.2f} now, " if self.estimated_sf is not None else ""
+            facts.append(f"scaling factor {now}{self.full_rate_sf:.2f} at full line rate")
+        facts = "".join(f"; {fact}" for fact in facts)
         checks = f"; checks failed: {', '.join(self.failed_checks)}" if self.failed_checks else ""
-        return f"{self.run_id}: {share}{self.bottleneck}{checks}; report {self.report}"
+        return f"{self.run_id}: {share}{self.bottleneck}{facts}{checks}; report {self.report}"
 
 
 class BarProgress:
@@ -99,6 +110,9 @@ def ingest_paths(
             bar.set_postfix_str(name)
             outcomes[name] = runner.run(name, BarProgress(bar))
         runner.finish(outcomes)
+    for outcome in outcomes.values():  # after the bar, not inside it
+        for line in outcome.warnings:
+            print(f"wirespeed ingest: {line}", file=sys.stderr)
     ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
     con = store.connect(settings.load(store.root).duckdb_config(), runs=ingested, tables=("verdict",))
     try:
@@ -155,9 +169,6 @@ class Directly:
         try:
             for name, future in self.pending.items():
                 outcomes[name] = _outcome_of(future)
-            for outcome in outcomes.values():
-                for line in outcome.warnings:
-                    print(f"wirespeed ingest: {line}", file=sys.stderr)
             ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
             if ingested:
                 rollups.update(self.store, self.settings, ingested)
@@ -285,5 +296,6 @@ def _result(outcome: StagesRun, run_id: str, path: Path, store: Warehouse, con) 
     link = {"inter": " over the network", "intra": " within a host"}.get(verdict["dominant_scope"], "")
     waits_for = f"{verdict['dominant_dimension']}{link}" if verdict["dominant_dimension"] else None
     return IngestResult(
-        run_id, path, True, None, outcome.failed_checks, share, verdict["bottleneck"], store.report_path(run_id), waits_for
+        run_id, path, True, None, outcome.failed_checks, share, verdict["bottleneck"], store.report_path(run_id), waits_for,
+        verdict["link_gbps"], verdict["utilization"], verdict["full_rate_sf"], verdict["estimated_sf"],
     )

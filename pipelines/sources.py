@@ -35,7 +35,7 @@ MANIFEST = rundir.MANIFEST
 DONE_MARKER = rundir.DONE
 TRACE_SUFFIXES = (".json", ".json.gz")
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
-COLLECTOR_FOLDERS = (rundir.TRACES, rundir.NCCL, "samples", rundir.RANKS, rundir.HOSTS)
+COLLECTOR_FOLDERS = (rundir.TRACES, rundir.NCCL, "samples", rundir.RANKS, rundir.HOSTS, rundir.OUTPUT)
 _STRIP_SUFFIXES = (".gz", ".json", ".trace", ".pt", ".log", ".txt", ".out", ".err")
 # A file of another name is an NCCL log if its start holds a line only NCCL writes: a debug line
 # (whatever prefixes a launcher adds), a version banner, an nccl-tests header, a profiler-plugin

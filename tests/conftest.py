@@ -74,6 +74,17 @@ def wirespeed(*args: str, cwd: Path | None = None, env: dict | None = None, chec
     return result
 
 
+def demo_answers(result) -> list[str]:
+    """The demo's per-run lines, after checking it printed nothing but progress bars before them."""
+    runs = [line for line in result.stdout.splitlines() if not line.startswith("note: ")]
+    assert len(runs) == 2, result.stdout
+    for line in runs:  # the whole answer: a verdict against a known line rate, the utilisation, the what-if
+        assert "line rate unknown" not in line and "Gbit/s line rate" in line and "at full line rate" in line, line
+    shown = [line for line in result.stderr.replace("\r", "\n").splitlines() if line.strip()]
+    assert all(line.startswith(("capture ", "ingest: ", "wirespeed ingest: ")) for line in shown), shown
+    return runs
+
+
 GLOO_RANKS = 4
 
 

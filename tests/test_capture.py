@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import GLOO_RANKS, REPO, wirespeed
+from conftest import GLOO_RANKS, REPO, demo_answers, wirespeed
 from pipelines.sources import discover
 
 RANKS = list(range(GLOO_RANKS))
@@ -177,3 +177,14 @@ def test_a_failing_profiler_is_recorded_and_training_is_unchanged(tmp_path, sabo
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [(f["stage"], f["rank"]) for f in manifest["failures"]] == [(sabotage, 0)]
     assert manifest["ranks"][0]["traces"] == [] and (run_dir / "_DONE").is_file()
+
+
+def test_the_single_host_demo_answers_whole_and_keeps_the_jobs_output_in_its_run_folder(tmp_path):
+    """Over loopback the demo assumes a line rate and says so; the job's chatter (Kineto's USDT
+    lines) lands in the run folder, read as a log, never on the terminal."""
+    result = wirespeed("demo", "--single-host", "--landing", str(tmp_path / "landing"), "--warehouse", str(tmp_path / "warehouse"))
+    captured, _ = demo_answers(result)
+    assert f"of the {10:g} Gbit/s line rate" in captured and "loopback has no line rate" in result.stdout
+    (run_dir,) = (p for p in (tmp_path / "landing").iterdir() if p.name.startswith("demo-gloo-"))
+    (output,) = (run_dir / "output").iterdir()
+    assert "profiler_start" in output.read_text() and "profiler_start" not in result.stdout + result.stderr

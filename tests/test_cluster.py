@@ -15,7 +15,7 @@ import pytest
 
 from collectors import rundir
 from collectors.launch import _last_to_finish, collect
-from conftest import CLUSTER_FAST_MBIT, CLUSTER_REPEATS, CLUSTER_SLOW_MBIT, REPO, require_cluster, wirespeed
+from conftest import CLUSTER_FAST_MBIT, CLUSTER_REPEATS, CLUSTER_SLOW_MBIT, REPO, demo_answers, require_cluster, wirespeed
 from pipelines.cluster import INTERFACE, Cluster
 
 BENCHMARK_RANGE = ipaddress.ip_network("198.18.0.0/15")
@@ -227,9 +227,12 @@ def test_cluster_demo_says_why_it_cannot_run(tmp_path):
 
 
 @pytest.mark.usefixtures("needs_cluster")
-def test_cluster_demo_captures_two_hosts_and_ingests_them(tmp_path):
-    result = wirespeed("demo", "--cluster", "--landing", str(tmp_path / "landing"), "--warehouse", str(tmp_path / "warehouse"))
-    (run_dir,) = (tmp_path / "landing").iterdir()
-    assert f"{run_dir.name}: exposed communication" in result.stdout
+def test_the_demo_runs_on_the_cluster_when_it_can_and_answers_whole(tmp_path):
+    result = wirespeed("demo", "--landing", str(tmp_path / "landing"), "--warehouse", str(tmp_path / "warehouse"))
+    cluster_run, example = demo_answers(result)
+    run_dir = next(p for p in (tmp_path / "landing").iterdir() if p.name.startswith("demo-cluster-"))
+    assert cluster_run.startswith(f"{run_dir.name}: ") and "of the 1 Gbit/s line rate" in cluster_run
+    assert example.startswith("demo-a100-") and "of the 200 Gbit/s line rate" in example
+    assert "was assumed" in result.stdout
     manifest = json.loads((run_dir / rundir.MANIFEST).read_text())
     assert manifest["hosts"] == ["host0", "host1"] and manifest["link_gbps"] == 1.0 and manifest["link_source"] == "override"
