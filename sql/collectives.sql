@@ -264,7 +264,7 @@ SELECT
   CASE
     WHEN bytes IS NOT NULL THEN NULL
     WHEN metadata_source = 'kernel name' THEN 'no collective metadata: the name of a ' || kernel_family || ' kernel does not say its size'
-    WHEN coalesce(in_nelems, out_nelems) IS NULL THEN 'its metadata gives no element count'
+    WHEN coalesce(in_nelems, out_nelems) IS NULL THEN 'its metadata gives no element count (profile with record_shapes=True)'
     ELSE 'its element type ' || coalesce(dtype, '(none)') || ' has no known size'
   END AS size_unknown_reason,
   CASE WHEN comms_id IS NOT NULL THEN 'comms_id' WHEN trace_seq IS NOT NULL THEN 'pg_seq' ELSE 'pg_step_order' END AS match_method,

@@ -51,6 +51,8 @@ WITH exposure AS (
       (SELECT sum(exposed_comm_ns) / nullif(sum(span_ns), 0) FROM rank_breakdown AS b WHERE b.run_id = r.run_id)
     ) AS exposed_comm_share,
     (SELECT count(*) FROM collectives AS c WHERE c.run_id = r.run_id) AS collectives,
+    (SELECT count(*) FROM collectives AS c WHERE c.run_id = r.run_id AND c.bytes IS NULL) AS unsized,
+    (SELECT mode(size_unknown_reason) FROM collectives AS c WHERE c.run_id = r.run_id) AS unsized_reason,
     r.trace_files,
     r.link_gbps AS run_link_gbps
   FROM runs AS r
@@ -116,6 +118,8 @@ joined AS (
     e.run_id,
     e.exposed_comm_share,
     e.collectives,
+    e.unsized,
+    e.unsized_reason,
     e.trace_files,
     w.wait_share,
     a.achieved_busbw_gbps,
@@ -142,6 +146,9 @@ joined AS (
 classified AS (
   SELECT
     *,
+    -- Collectives without a size have no bandwidth and cannot be replayed: say why, and how to get it.
+    CASE WHEN unsized > 0
+      THEN printf(' %d of the %d collectives have no size: %s.', unsized, collectives, unsized_reason) ELSE '' END AS unsized_note,
     CASE
       WHEN trace_files = 0 THEN 'no traces'
       WHEN collectives = 0 OR exposed_comm_share IS NULL THEN 'no communication found'
@@ -175,11 +182,16 @@ SELECT
     WHEN 'communication-bound (line rate unknown)' THEN
       printf('%.1f%% of step time is exposed communication, but the link''s line rate is unknown, so wirespeed '
         || 'cannot tell a too-slow link from a badly used one. Re-ingest with --link-gbps.', 100 * exposed_comm_share)
+        || unsized_note
     WHEN 'communication-bound (no what-if)' THEN
-      printf('%.1f%% of step time is exposed communication, but no collective of the traces could be matched '
-        || 'and timed, so the what-if has nothing to replay and cannot tell a too-slow link from a badly used '
-        || 'one. Bus bandwidth reached %s of the line rate.', 100 * exposed_comm_share,
-        coalesce(printf('%.0f%%', 100 * utilization), 'an unknown share'))
+      CASE WHEN unsized > 0
+        THEN printf('%.1f%% of step time is exposed communication, but the what-if cannot replay the collectives, '
+          || 'so it cannot tell a too-slow link from a badly used one.', 100 * exposed_comm_share) || unsized_note
+        ELSE printf('%.1f%% of step time is exposed communication, but no collective of the traces could be matched '
+          || 'and timed, so the what-if has nothing to replay and cannot tell a too-slow link from a badly used '
+          || 'one. Bus bandwidth reached %s of the line rate.', 100 * exposed_comm_share,
+          coalesce(printf('%.0f%%', 100 * utilization), 'an unknown share'))
+      END
     WHEN 'bandwidth-bound' THEN
       printf('%.1f%% of step time is exposed communication, and even at the full %g Gbit/s line rate the '
         || 'model predicts a scaling factor of only %.2f: the link is too slow for this model and batch. A faster '

@@ -152,7 +152,7 @@ def _whatif(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     """The what-if grid as a heatmap, what it takes to reach the targets, and scaling across the job."""
     grid = _rows(con, "whatif_grid")
     if not grid:
-        return paragraph("No what-if: the traces show no collective to replay.")
+        return paragraph("No what-if: no collective of the traces has both a size and a duration to replay (the verdict above says why).")
     parts = [page.chart("whatif", {"whatif_grid": grid})]
     parts.append(table(_rows(con, "whatif_needs"), {"target": ".2f", "min_bandwidth_gbps": ".1f"}))
     scaling = _rows(con, "job_scaling")
