@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines import checks
+from pipelines import checks, rollups, sql
 from pipelines.analysis import analyze_run
 from pipelines.ingest import parse_run
 from pipelines.settings import Settings
@@ -102,6 +102,18 @@ def _judge_analysis(con) -> tuple[list[checks.Verdict], float | None]:
     verdicts = [checks.judge(check, con) for check in checks.ANALYSIS_CHECKS]
     exposed = con.execute("SELECT sum(exposed_comm_ns) / nullif(sum(step_ns), 0) FROM step_breakdown").fetchall()[0][0]
     return verdicts, exposed
+
+
+def verdict(store: Warehouse, settings: Settings, run_id: str) -> dict:
+    """The run's verdict row (sql/verdict.sql), recomputed over it and its job mates."""
+    con = rollups.session(store, settings, rollups.job_mates(store, settings, [run_id]))
+    try:
+        rollups.recompute(con)
+        sql.set_variables(con, run_id=run_id)
+        relation = con.sql(sql.report_query("verdict"))
+        return dict(zip(relation.columns, relation.fetchall()[0], strict=True))
+    finally:
+        con.close()
 
 
 def report(store: Warehouse, settings: Settings, run_id: str, verdicts=None, stored_rollups: bool = False) -> Path:

@@ -90,6 +90,10 @@ def test_sensor_partition_materialisation(definitions, gloo_run, tmp_path):
     }
     materialized = {event.asset_key.to_user_string() for event in outcome.get_asset_materialization_events()}
     assert {"trace_events", "step_breakdown", "run_report"} <= materialized
+    # The report's materialisation carries the answer: the verdict, its figures, where the file is.
+    (report,) = [e.materialization for e in outcome.get_asset_materialization_events() if e.asset_key == dg.AssetKey("run_report")]
+    assert report.metadata["verdict"].value.startswith("**") and "exposed communication" in report.metadata["verdict"].value
+    assert 0 < report.metadata["exposed_comm_share"].value < 1 and report.metadata["path"].value.endswith("gloo-live.html")
     store = Warehouse(resource.root)
     assert store.report_path("gloo-live").exists()
     con = store.connect()

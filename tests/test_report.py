@@ -8,10 +8,11 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import TRACES, ingest_directly
+from conftest import REPO, TRACES, ingest_directly
 from pipelines.report import report_run
 from pipelines.settings import Settings
 from pipelines.warehouse import Warehouse
@@ -25,13 +26,8 @@ BROWSER_FLAGS = [
 
 def browser_dom(page, profile) -> str:
     """The page's DOM after its scripts ran, in headless Chromium with no network."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        if os.environ.get("WIRESPEED_REQUIRE_BROWSER"):
-            pytest.fail("chromium is required here (WIRESPEED_REQUIRE_BROWSER is set) but not installed")
-        pytest.skip("chromium is not installed")
     result = subprocess.run(
-        [chromium, *BROWSER_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+        [chromium_path(), *BROWSER_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
         capture_output=True, text=True, timeout=180,
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -44,6 +40,53 @@ def nccl_report(tmp_path_factory):
     store.ensure()
     ingest_directly(store, TRACES / "hta_ddp_nccl_meta_2024" / "nccl_data.json.gz")
     return report_run(store, Settings(), "nccl_data")
+
+
+def chromium_path() -> str:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        if os.environ.get("WIRESPEED_REQUIRE_BROWSER"):
+            pytest.fail("chromium is required here (WIRESPEED_REQUIRE_BROWSER is set) but not installed")
+        pytest.skip("chromium is not installed")
+    return chromium
+
+
+# Where the browser tests leave their screenshots, for a person to look at.
+ARTEFACTS = Path(os.environ.get("WIRESPEED_TEST_ARTEFACTS", REPO / "test-artefacts"))
+# Every SVG element Vega draws a mark as.
+MARKS = "g.role-mark > path, g.role-mark > line, g.role-mark > text, g.role-mark > rect"
+
+
+def test_the_report_in_a_browser_shows_every_chart_with_tooltips_and_no_errors(nccl_report):
+    """Playwright drives the system Chromium (no browser download), with every request but the
+    file itself refused: no console error, marks in every chart, a tooltip on hover, and
+    screenshots at 1400 and 800 px wide in test-artefacts/."""
+    from playwright.sync_api import sync_playwright
+
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+            page.goto(nccl_report.as_uri())
+            page.wait_for_function("document.querySelectorAll('.chart svg.marks').length === 7", timeout=30_000)
+            drawn = page.eval_on_selector_all(".chart", f"charts => charts.map(c => c.querySelectorAll({MARKS!r}).length)")
+            assert len(drawn) == 7 and all(count > 0 for count in drawn), drawn
+            page.locator("#chart-0 g.mark-rect path").first.hover()
+            tooltip = page.wait_for_selector("#vg-tooltip-element.visible", timeout=10_000)
+            assert "ms" in tooltip.inner_text() and "state" in tooltip.inner_text()
+            page.mouse.move(0, 0)
+            page.screenshot(path=ARTEFACTS / "report-1400px.png", full_page=True)
+            page.set_viewport_size({"width": 800, "height": 900})
+            page.screenshot(path=ARTEFACTS / "report-800px.png", full_page=True)
+        finally:
+            browser.close()
+    assert errors == []
+    assert (ARTEFACTS / "report-1400px.png").stat().st_size > 10_000
 
 
 def test_report_loads_nothing_from_the_network(nccl_report):
@@ -157,6 +200,8 @@ def test_report_says_when_no_communication_was_found(tmp_path):
     html = report_run(store, Settings(), run_id).read_text()
     markup = re.sub(r"<script\b.*?</script>", "", html, flags=re.S)
     assert "No communication was found in this run" in markup and "NaN" not in markup
+    # Every empty part says why it is empty, never a bare "None."
+    assert "None." not in markup and "No collective was found in the traces." in markup
     assert "communication_found</td><td class='fail'>failed" in html
 
 

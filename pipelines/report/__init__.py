@@ -71,16 +71,18 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
         table(
             _rows(con, "rank_summary"),
             {"median_step_ms": ".3f", "exposed_comm_share": ".1%", "overlap_pct": ".1f", "idle_share": ".1%"},
+            "No rank has a profiler trace.",
         ),
     )
     page.add(
         "Collectives",
-        table(_rows(con, "collective_mix"), {"total_mb": ".3f", "median_mb": ".3f", "median_us": ".1f"}),
+        table(_rows(con, "collective_mix"), {"total_mb": ".3f", "median_mb": ".3f", "median_us": ".1f"},
+              "No collective was found in the traces."),
     )
     page.add("Bandwidth", _bandwidth(con, page))
     page.add("What if the network ran at full line rate?", _whatif(con, page))
     page.add("NCCL: communicators, links, calls and errors", _nccl(con, page))
-    page.add("What ingestion skipped or doubted", table(_rows(con, "issues")))
+    page.add("What ingestion skipped or doubted", table(_rows(con, "issues"), empty="Nothing: every file was read whole."))
     page.add("How to read this", _reading_notes())
     return page.render()
 
@@ -98,7 +100,9 @@ def _bandwidth(con: duckdb.DuckDBPyConnection, page: Page) -> str:
         parts.append(page.chart("throughput", {"throughput_over_time": series}))
     percent = {"mean_utilization": ".1%", "peak_utilization": ".1%", "comm_mean_utilization": ".1%"}
     rates = {"mean_gbps": ".3f", "p95_gbps": ".3f", "peak_gbps": ".3f"}
-    parts.append(table(_rows(con, "network"), percent | rates))
+    parts.append(table(_rows(con, "network"), percent | rates,
+                       "No network throughput to show: the run has no NIC counter samples (`wirespeed collect` "
+                       "takes them)."))
     waits = _rows(con, "wait_vs_transfer")
     if waits:
         parts.append(page.chart("wait_vs_transfer", {"wait_vs_transfer": waits}))
@@ -154,7 +158,8 @@ def _whatif(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     if not grid:
         return paragraph("No what-if: no collective of the traces has both a size and a duration to replay (the verdict above says why).")
     parts = [page.chart("whatif", {"whatif_grid": grid})]
-    parts.append(table(_rows(con, "whatif_needs"), {"target": ".2f", "min_bandwidth_gbps": ".1f"}))
+    parts.append(table(_rows(con, "whatif_needs"), {"target": ".2f", "min_bandwidth_gbps": ".1f"},
+                       "The what-if has no targets to search for this run."))
     scaling = _rows(con, "job_scaling")
     if scaling:
         parts.append(page.chart("job_scaling", {"job_scaling": scaling}))
@@ -184,7 +189,7 @@ def _nccl(con: duckdb.DuckDBPyConnection, page: Page) -> str:
             "The run has no NCCL logs. `wirespeed collect` captures them (NCCL_DEBUG=INFO with the INIT and COLL "
             "subsystems, one file per process); logs from elsewhere can be put in the run folder or ingested alone."
         )
-    parts = [table(topology, {"init_seconds": ".2f"})]
+    parts = [table(topology, {"init_seconds": ".2f"}, "The logs hold no communicator's set-up (the INIT subsystem was off).")]
     links = _rows(con, "nccl_links")
     if links:
         parts.append(page.chart("nccl_links", {"nccl_links": links}))
@@ -197,7 +202,7 @@ def _nccl(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     if tests:
         parts.append(page.chart("nccl_tests", {"nccl_tests": tests}))
     parts.append(paragraph("Warnings and errors, in time order:"))
-    parts.append(table(problems))
+    parts.append(table(problems, empty="NCCL logged no warning or error."))
     return "".join(parts)
 
 

@@ -53,10 +53,11 @@ def paragraph(message: str) -> str:
     return f"<p>{text(message)}</p>"
 
 
-def table(rows: list[dict], formats: dict[str, str] | None = None) -> str:
-    """An HTML table of rows (dicts), every cell escaped; numbers formatted by `formats`."""
+def table(rows: list[dict], formats: dict[str, str] | None = None, empty: str = "") -> str:
+    """An HTML table of rows (dicts), every cell escaped; numbers formatted by `formats`. Without
+    rows, the sentence `empty` says why (and nothing is shown when it is blank)."""
     if not rows:
-        return "<p class='muted'>None.</p>"
+        return f"<p class='muted'>{text(empty)}</p>" if empty else ""
     formats = formats or {}
     columns = list(rows[0])
     head = "".join(f"<th>{text(c)}</th>" for c in columns)
