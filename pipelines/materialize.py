@@ -290,8 +290,7 @@ def _result(outcome: StagesRun, run_id: str, path: Path, store: Warehouse, con) 
     if outcome.error is not None:
         return IngestResult(run_id, path, False, outcome.error)
     sql.set_variables(con, run_id=run_id)
-    relation = con.sql(sql.report_query("verdict"))
-    verdict = dict(zip(relation.columns, relation.fetchall()[0], strict=True))
+    verdict = sql.report_rows(con, "verdict")[0]
     share = verdict["exposed_comm_share"] if verdict["bottleneck"] not in ("no communication found", "no traces") else None
     link = {"inter": " over the network", "intra": " within a host"}.get(verdict["dominant_scope"], "")
     waits_for = f"{verdict['dominant_dimension']}{link}" if verdict["dominant_dimension"] else None

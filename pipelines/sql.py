@@ -190,3 +190,10 @@ def write_parquet(con: duckdb.DuckDBPyConnection, source: str, path: Path) -> in
 def report_query(name: str) -> str:
     """The text of `sql/report/<name>.sql`: a query that shapes published tables for a chart."""
     return (SQL_DIR / "report" / f"{name}.sql").read_text()
+
+
+def report_rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict]:
+    """The rows of report query `name` in this session, as dicts."""
+    relation = con.sql(report_query(name))
+    columns = relation.columns
+    return [dict(zip(columns, row, strict=True)) for row in relation.fetchall()]

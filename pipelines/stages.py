@@ -110,8 +110,7 @@ def verdict(store: Warehouse, settings: Settings, run_id: str) -> dict:
     try:
         rollups.recompute(con)
         sql.set_variables(con, run_id=run_id)
-        relation = con.sql(sql.report_query("verdict"))
-        return dict(zip(relation.columns, relation.fetchall()[0], strict=True))
+        return sql.report_rows(con, "verdict")[0]
     finally:
         con.close()
 

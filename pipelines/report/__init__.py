@@ -25,34 +25,29 @@ MAX_STEPS = 200
 MAX_FACETED_RANKS = 16
 
 
-def _rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict]:
-    """The rows of report query `name` (sql/report/), as dicts."""
-    relation = con.sql(sql.report_query(name))
-    columns = relation.columns
-    return [dict(zip(columns, row, strict=True)) for row in relation.fetchall()]
 
 
 def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict]) -> str:
     """The report's HTML, from a roll-up session over the run (see report_run)."""
     sql.set_variables(con, run_id=run_id, max_stretches=MAX_STRETCHES, max_points=MAX_POINTS, max_steps=MAX_STEPS)
-    headline = _rows(con, "headline")
+    headline = sql.report_rows(con, "headline")
     if not headline:
         raise LookupError(f"run {run_id!r} has no published tables")
     run = headline[0]
     page = Page(f"wirespeed report: {run_id}")
-    page.add("Is the network the bottleneck?", _verdict(_rows(con, "verdict")))
+    page.add("Is the network the bottleneck?", _verdict(sql.report_rows(con, "verdict")))
     page.add("Is communication exposed?", _summary(run, verdicts))
     page.add("Checks", _checks(verdicts))
 
-    states = _rows(con, "step_states")
+    states = sql.report_rows(con, "step_states")
     if states:
         steps = run["steps"]
         shown = paragraph(f"The first {MAX_STEPS} of the run's {steps} steps are drawn.") if steps > MAX_STEPS else ""
         faceted = len({row["rank"] for row in states}) <= MAX_FACETED_RANKS
         page.add("Step breakdown", page.chart("step_breakdown" if faceted else "rank_breakdown", {"step_states": states}) + shown)
-        step = _rows(con, "representative_step")[0]["step"]
+        step = sql.report_rows(con, "representative_step")[0]["step"]
         sql.set_variables(con, step=step)
-        stretches = _rows(con, "step_stretches")
+        stretches = sql.report_rows(con, "step_stretches")
         note = paragraph(f"Step {step}, whose length is the median of the run's steps, on every rank.")
         if len(stretches) >= MAX_STRETCHES:
             note += paragraph(f"Only the {MAX_STRETCHES} longest stretches are drawn.")
@@ -69,20 +64,20 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
     page.add(
         "Per rank",
         table(
-            _rows(con, "rank_summary"),
+            sql.report_rows(con, "rank_summary"),
             {"median_step_ms": ".3f", "exposed_comm_share": ".1%", "overlap_pct": ".1f", "idle_share": ".1%"},
             "No rank has a profiler trace.",
         ),
     )
     page.add(
         "Collectives",
-        table(_rows(con, "collective_mix"), {"total_mb": ".3f", "median_mb": ".3f", "median_us": ".1f"},
+        table(sql.report_rows(con, "collective_mix"), {"total_mb": ".3f", "median_mb": ".3f", "median_us": ".1f"},
               "No collective was found in the traces."),
     )
     page.add("Bandwidth", _bandwidth(con, page))
     page.add("What if the network ran at full line rate?", _whatif(con, page))
     page.add("NCCL: communicators, links, calls and errors", _nccl(con, page))
-    page.add("What ingestion skipped or doubted", table(_rows(con, "issues"), empty="Nothing: every file was read whole."))
+    page.add("What ingestion skipped or doubted", table(sql.report_rows(con, "issues"), empty="Nothing: every file was read whole."))
     page.add("How to read this", _reading_notes())
     return page.render()
 
@@ -90,23 +85,23 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
 def _bandwidth(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     """Bus bandwidth against size, throughput over time, waiting against transfer, stragglers."""
     parts = []
-    points = _rows(con, "bandwidth_by_size")
+    points = sql.report_rows(con, "bandwidth_by_size")
     if points:
         parts.append(page.chart("bandwidth_by_size", {"bandwidth_by_size": points}))
     else:
         parts.append(paragraph("No collective has both a known size and a duration, so no bandwidth can be computed."))
-    series = _rows(con, "throughput_over_time")
+    series = sql.report_rows(con, "throughput_over_time")
     if series:
         parts.append(page.chart("throughput", {"throughput_over_time": series}))
     percent = {"mean_utilization": ".1%", "peak_utilization": ".1%", "comm_mean_utilization": ".1%"}
     rates = {"mean_gbps": ".3f", "p95_gbps": ".3f", "peak_gbps": ".3f"}
-    parts.append(table(_rows(con, "network"), percent | rates,
+    parts.append(table(sql.report_rows(con, "network"), percent | rates,
                        "No network throughput to show: the run has no NIC counter samples (`wirespeed collect` "
                        "takes them)."))
-    waits = _rows(con, "wait_vs_transfer")
+    waits = sql.report_rows(con, "wait_vs_transfer")
     if waits:
         parts.append(page.chart("wait_vs_transfer", {"wait_vs_transfer": waits}))
-    stragglers = _rows(con, "stragglers")
+    stragglers = sql.report_rows(con, "stragglers")
     if any(row["straggler_rank"] is not None for row in stragglers):
         parts.append(table(stragglers, {"max_skew_ms": ".3f", "exposed_comm_ms": ".3f", "wait_share": ".1%"}))
     return "".join(parts)
@@ -114,10 +109,10 @@ def _bandwidth(con: duckdb.DuckDBPyConnection, page: Page) -> str:
 
 def _dimensions(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     """Exposed communication per parallel dimension, per step and per process group."""
-    groups = _rows(con, "comm_groups")
+    groups = sql.report_rows(con, "comm_groups")
     if not groups:
         return paragraph("No collective was found, so no process group's communication can be weighed.")
-    steps = _rows(con, "dimension_steps")
+    steps = sql.report_rows(con, "dimension_steps")
     parts = [page.chart("dimension_steps", {"dimension_steps": steps})] if steps else [paragraph("No communication was exposed.")]
     parts.append(table(groups, {"total_mb": ".3f", "exposed_ms_per_rank": ".3f", "exposed_share": ".1%", "busbw_gbps": ".3f"}))
     parts.append(paragraph(
@@ -154,13 +149,13 @@ def _verdict(rows: list[dict]) -> str:
 
 def _whatif(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     """The what-if grid as a heatmap, what it takes to reach the targets, and scaling across the job."""
-    grid = _rows(con, "whatif_grid")
+    grid = sql.report_rows(con, "whatif_grid")
     if not grid:
         return paragraph("No what-if: no collective of the traces has both a size and a duration to replay (the verdict above says why).")
     parts = [page.chart("whatif", {"whatif_grid": grid})]
-    parts.append(table(_rows(con, "whatif_needs"), {"target": ".2f", "min_bandwidth_gbps": ".1f"},
+    parts.append(table(sql.report_rows(con, "whatif_needs"), {"target": ".2f", "min_bandwidth_gbps": ".1f"},
                        "The what-if has no targets to search for this run."))
-    scaling = _rows(con, "job_scaling")
+    scaling = sql.report_rows(con, "job_scaling")
     if scaling:
         parts.append(page.chart("job_scaling", {"job_scaling": scaling}))
     if grid[0]["model"] == "replay":
@@ -180,22 +175,22 @@ def _whatif(con: duckdb.DuckDBPyConnection, page: Page) -> str:
 
 def _nccl(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     """Topology, transports, the mix of calls and the problems NCCL logged; works with logs alone."""
-    topology = _rows(con, "nccl_topology")
-    mix = _rows(con, "nccl_call_mix")
-    problems = _rows(con, "nccl_problems")
-    tests = _rows(con, "nccl_tests")
+    topology = sql.report_rows(con, "nccl_topology")
+    mix = sql.report_rows(con, "nccl_call_mix")
+    problems = sql.report_rows(con, "nccl_problems")
+    tests = sql.report_rows(con, "nccl_tests")
     if not (topology or mix or problems or tests):
         return paragraph(
             "The run has no NCCL logs. `wirespeed collect` captures them (NCCL_DEBUG=INFO with the INIT and COLL "
             "subsystems, one file per process); logs from elsewhere can be put in the run folder or ingested alone."
         )
     parts = [table(topology, {"init_seconds": ".2f"}, "The logs hold no communicator's set-up (the INIT subsystem was off).")]
-    links = _rows(con, "nccl_links")
+    links = sql.report_rows(con, "nccl_links")
     if links:
         parts.append(page.chart("nccl_links", {"nccl_links": links}))
     if mix:
         parts.append(page.chart("nccl_call_mix", {"nccl_call_mix": mix}))
-    crosscheck = _rows(con, "nccl_crosscheck")
+    crosscheck = sql.report_rows(con, "nccl_crosscheck")
     if crosscheck:
         parts.append(paragraph("Traces against logs (docs/nccl.md): each trace collective compared with the logged call at its place."))
         parts.append(table(crosscheck))

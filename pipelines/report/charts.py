@@ -34,39 +34,25 @@ def _step_states() -> alt.Chart:
 _STATE_TOOLTIP = [alt.Tooltip("rank:O"), alt.Tooltip("step:O"), alt.Tooltip("state:N"), alt.Tooltip("ms:Q", format=".3f", title="ms")]
 
 
+def _state_bars(x: alt.X, y: alt.Y) -> alt.Chart:
+    """Bars stacked by state, in the same order and colours everywhere."""
+    return _step_states().mark_bar().encode(
+        x=x, y=y, color=alt.Color("state:N", scale=_SCALE, title=None), order=alt.Order("state_order:Q"), tooltip=_STATE_TOOLTIP
+    )
+
+
 def step_breakdown_chart() -> alt.FacetChart:
     """Stacked bars: for each rank and step, milliseconds of compute, communication, other, idle."""
-    bars = (
-        _step_states()
-        .mark_bar()
-        .encode(
-            x=alt.X("step:O", title="step"),
-            y=alt.Y("ms:Q", title="milliseconds", stack="zero"),
-            color=alt.Color("state:N", scale=_SCALE, title=None),
-            order=alt.Order("state_order:Q"),
-            tooltip=_STATE_TOOLTIP,
-        )
-        .properties(width=240, height=180)
-    )
-    return bars.facet(facet=alt.Facet("rank:O", title="rank"), columns=4).properties(
+    bars = _state_bars(alt.X("step:O", title="step"), alt.Y("ms:Q", title="milliseconds", stack="zero"))
+    return bars.properties(width=240, height=180).facet(facet=alt.Facet("rank:O", title="rank"), columns=4).properties(
         title="Where each step's time went, per rank"
     )
 
 
 def rank_breakdown_chart() -> alt.Chart:
     """Stacked bars, one per rank, over all steps: for runs with too many ranks to facet."""
-    return (
-        _step_states()
-        .mark_bar()
-        .encode(
-            y=alt.Y("rank:O", title="rank"),
-            x=alt.X("sum(ms):Q", title="milliseconds over all steps", stack="zero"),
-            color=alt.Color("state:N", scale=_SCALE, title=None),
-            order=alt.Order("state_order:Q"),
-            tooltip=_STATE_TOOLTIP,
-        )
-        .properties(width=640, height=alt.Step(10), title="Where the steps' time went, per rank")
-    )
+    bars = _state_bars(alt.X("sum(ms):Q", title="milliseconds over all steps", stack="zero"), alt.Y("rank:O", title="rank"))
+    return bars.properties(width=640, height=alt.Step(10), title="Where the steps' time went, per rank")
 
 
 def dimension_steps_chart() -> alt.Chart:
