@@ -10,7 +10,8 @@ measured: what a rank did between waits takes as long as it did. Only three thin
 * it takes its transfer at the new rate plus what the link would not shorten:
   d' = transfer_ns * scale + rest_ns (wire_ns, at full line rate, in place of transfer_ns when
   the scenario asks for it), where scale is the run's rate over the new one, over the compression
-  ratio of its dimension, times the traffic factor's change when there are more ranks;
+  ratio of its dimension, times the traffic factor's change when there are more ranks (at full
+  line rate, a link of unknown rate in the run moves 8 S f bits at the new rate instead);
 * a rank that waited for its instance waits until that ends: its shift (replayed time minus
   measured time) becomes max(shift - waited, end shift - slack) at the end of the wait. An
   instance that ended after its collective began ends as far into the replayed collective as it
@@ -87,6 +88,7 @@ class Replay:
         self.transfer = rows["transfer_ns"].astype(float)
         wire = rows["wire_ns"].astype(float)
         self.wire = np.where(wire > 0, wire, self.transfer)
+        self.bits = rows["bits"].astype(float)  # at full line rate B, the transfer takes bits / B ns
         self.rest = rows["rest_ns"].astype(float)
         self.link_gbps = np.nan_to_num(rows["link_gbps"].astype(float), nan=0.0)
         self.intra = rows["scope"].astype(str) == "intra"
@@ -134,11 +136,15 @@ class Replay:
         events.sort(key=lambda e: (e[0], e[1], e[3]))
         return events
 
-    def scale(self, scenarios: list[Scenario]) -> np.ndarray:
-        """rows x scenarios: each collective's transfer time in each scenario over its time in the run."""
+    def rates(self, scenarios: list[Scenario]) -> np.ndarray:
+        """rows x scenarios: the line rate of each collective's link in each scenario (0: as measured)."""
         network = np.array([s.network_gbps or 0.0 for s in scenarios])
         intra = np.array([s.intra_gbps or 0.0 for s in scenarios])
-        rate = np.where(self.intra[:, None], intra[None, :], network[None, :])
+        return np.where(self.intra[:, None], intra[None, :], network[None, :])
+
+    def scale(self, scenarios: list[Scenario]) -> np.ndarray:
+        """rows x scenarios: each collective's transfer time in each scenario over its time in the run."""
+        rate = self.rates(scenarios)
         known = (rate > 0) & (self.link_gbps[:, None] > 0)  # else the link stays as measured
         ratio = np.where(known, self.link_gbps[:, None] / np.where(known, rate, 1.0), 1.0)
         compression = np.array([[dict(s.compression).get(d, dict(s.compression).get("all", 1.0)) for s in scenarios]
@@ -160,10 +166,18 @@ class Replay:
 
     def durations(self, scenarios: list[Scenario]) -> np.ndarray:
         """rows x scenarios: each collective's replayed duration, its transfer (as achieved, or at
-        line rate) scaled, plus what no link shortens."""
-        at_line_rate = np.array([s.line_rate for s in scenarios])
-        transfer = np.where(at_line_rate[None, :], self.wire[:, None], self.transfer[:, None])
-        return transfer * self.scale(scenarios) + self.rest[:, None]
+        line rate) scaled, plus what no link shortens.
+
+        At full line rate, a collective whose link's rate the run does not know moves its bits at
+        the scenario's rate: that needs only its size. As achieved, it stays as measured.
+        """
+        at_line_rate = np.array([s.line_rate for s in scenarios])[None, :]
+        scale = self.scale(scenarios)
+        transfer = np.where(at_line_rate, self.wire[:, None], self.transfer[:, None]) * scale
+        rate = self.rates(scenarios)
+        sized = at_line_rate & (self.link_gbps[:, None] == 0) & (self.bits[:, None] > 0) & (rate > 0)
+        transfer = np.where(sized, self.bits[:, None] / np.where(rate > 0, rate, 1.0) * scale, transfer)
+        return transfer + self.rest[:, None]
 
     def run(self, scenarios: list[Scenario]) -> tuple[np.ndarray, np.ndarray]:
         """Each rank-step's replayed length (rank-steps x scenarios), and each row's replayed

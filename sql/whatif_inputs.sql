@@ -8,12 +8,13 @@
 -- and link: collectives whose begin-to-end spans overlap on one rank and link form a busy period,
 -- and each takes an equal share of its length (the least share it has on any of its ranks). The
 -- part of a share no link shortens is the latency of its op on its link: the intercept of a
--- least-squares line of share against wire time over the run's collectives of that op and link
--- (0 when they all have one size), where `wire_ns` = 8 S f / link_gbps is the transfer at full
--- line rate (f the bus-bandwidth factor of its op and group size, the share of S each rank
--- sends). The rest of the share is transfer. How long a rank waited for a late rank is in
--- neither: the replay finds it again from when the ranks arrive. A collective of unknown size,
--- or on a link of unknown rate, is all rest (the replay cannot scale it).
+-- least-squares line of share against the bits each rank sends, 8 S f, over the run's collectives
+-- of that op and link (0 when they all have one size; f is the bus-bandwidth factor of its op and
+-- group size, the share of S each rank sends). The intercept needs no line rate, so the split
+-- holds on a link of unknown rate too. `wire_ns` = 8 S f / link_gbps is the transfer at the run's
+-- full line rate. The rest of the share is transfer. How long a rank waited for a late rank is in
+-- neither: the replay finds it again from when the ranks arrive. A collective of unknown size is
+-- all rest (the replay cannot scale it).
 --
 -- What waited for a collective: where a rank's instance ends inside a wait (exposed stretches of
 -- `step_timeline`, those less than 1 ms apart joined into one), the rank was waiting for it:
@@ -42,6 +43,7 @@
 --   end_ns BIGINT  When its instance ended.
 --   begin_ns BIGINT  When the collective's last rank arrived.
 --   collective_end_ns BIGINT  When the collective ended on its last rank.
+--   bits DOUBLE  8 S f: what each rank sends, in bits; 0 when the size is unknown.
 --   wire_ns BIGINT  8 S f / link_gbps: its transfer at the run's line rate; 0 when not known.
 --   transfer_ns BIGINT  The part of its time a faster link shortens in proportion.
 --   rest_ns BIGINT  The part no link shortens: the latency of its op on its link.
@@ -75,6 +77,7 @@ instances AS (
 wired AS (
   SELECT
     *,
+    coalesce(8.0 * bytes * traffic_factor, 0) AS bits,
     coalesce(CAST(round(8 * bytes * traffic_factor / nullif(link_gbps, 0)) AS BIGINT), 0) AS wire_ns,
     2 * (end_ns - begin_ns) >= collective_end_ns - begin_ns AS tied
   FROM instances
@@ -97,20 +100,20 @@ shared AS (
   WINDOW p AS (PARTITION BY rank, link, period)
 ),
 collective_shares AS (
-  SELECT collective_key, any_value(op) AS op, any_value(link) AS link, any_value(wire_ns) AS wire_ns,
+  SELECT collective_key, any_value(op) AS op, any_value(link) AS link, any_value(bits) AS bits,
     min(period_share) AS share_ns
   FROM shared
   GROUP BY collective_key
 ),
 latencies AS (
   SELECT op, link,
-    least(greatest(coalesce(regr_intercept(share_ns, wire_ns), 0), 0), min(share_ns)) AS latency_ns
+    least(greatest(coalesce(regr_intercept(share_ns, bits), 0), 0), min(share_ns)) AS latency_ns
   FROM collective_shares
-  WHERE wire_ns > 0
+  WHERE bits > 0
   GROUP BY op, link
 ),
 rested AS (
-  SELECT s.*, CASE WHEN s.wire_ns > 0 THEN least(coalesce(l.latency_ns, 0), c.share_ns) ELSE c.share_ns END AS rest_share,
+  SELECT s.*, CASE WHEN s.bits > 0 THEN least(coalesce(l.latency_ns, 0), c.share_ns) ELSE c.share_ns END AS rest_share,
     c.share_ns
   FROM shared AS s
   JOIN collective_shares AS c USING (collective_key)
@@ -146,7 +149,7 @@ waits AS (
 SELECT
   getvariable('run_id') AS run_id,
   w.rank, w.step, w.collective_key, w.op, w.pg, w.dimension, w.scope, w.group_size, w.bytes, w.traffic_factor,
-  w.link_gbps, w.start_ns, w.end_ns, w.begin_ns, w.collective_end_ns, w.wire_ns,
+  w.link_gbps, w.start_ns, w.end_ns, w.begin_ns, w.collective_end_ns, w.bits, w.wire_ns,
   CAST(round(w.share_ns - w.rest_share) AS BIGINT) AS transfer_ns,
   CAST(round(w.rest_share) AS BIGINT) AS rest_ns,
   w.tied,

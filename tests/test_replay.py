@@ -26,6 +26,9 @@ def inputs(rows: list[dict]) -> pa.Table:
         for name in ("start_ns", "end_ns", "begin_ns", "collective_end_ns", "transfer_ns", "waited_ns", "rest_ns"):
             row[name] = int(row[name] * MS)
         row["wire_ns"] = row["transfer_ns"]
+        row["bits"] = float(row["transfer_ns"])  # at 1 Gbit/s, a bit a nanosecond
+        if row["link_gbps"] is None:
+            row["wire_ns"] = 0
     return pa.Table.from_pylist(full)
 
 
@@ -58,6 +61,16 @@ def test_a_wait_moves_with_its_collective(factors):
     ])
     assert (step_ns[0] / MS).tolist() == [100, 90, 120, 85, 100]
     assert (exposure[0] / MS).tolist() == [20, 10, 40, 5, 20]
+
+
+def test_a_link_of_unknown_rate_stays_as_measured_unless_transfers_are_at_full_line_rate(factors):
+    """The run does not know its link's rate, so how much of it a transfer achieved is unknown too;
+    at full line rate B, the 20 Mbit the all-reduce sends take 20 Mbit / B whatever the link."""
+    row = {"step": 1, "collective_key": "a", "start_ns": 40, "end_ns": 60, "begin_ns": 40, "collective_end_ns": 60,
+           "transfer_ns": 20, "waited_ns": 20, "link_gbps": None}
+    replay = Replay(inputs([{**row, "rank": 0}, {**row, "rank": 1}]), steps(100, 20), factors)
+    step_ns, _ = replay.run([Scenario(2.0), Scenario(2.0, line_rate=True), Scenario(0.5, line_rate=True)])
+    assert (step_ns[0] / MS).tolist() == [100, 90, 120]
 
 
 def test_searches_per_dimension_and_link(factors):
