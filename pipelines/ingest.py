@@ -186,21 +186,54 @@ def _parse_file(
 def _write_samples(
     con: duckdb.DuckDBPyConnection, name: str, files: list[Path], folder: Path, run_id: str, issues: list[ParseIssue]
 ) -> None:
-    """Load counter CSVs; a line that does not parse becomes a parse issue, the rest is kept."""
+    """Load counter CSVs; a line that does not parse becomes a parse issue, the rest is kept.
+
+    A file DuckDB cannot read at all (not the sampler's columns) would fail the whole scan, so
+    then each is tried alone and the unreadable ones are named instead.
+    """
     table = sql.table(name)
     target = folder / "part-0.parquet"
+    sql.set_variables(con, run_id=run_id)
+    try:
+        _load_samples(con, table, files, target)
+    except duckdb.Error:
+        readable = []
+        for path in files:
+            sql.set_variables(con, sample_files=[str(path)])
+            try:
+                con.execute(f"SELECT count(*) FROM ({table.select()})").fetchall()
+                readable.append(path)
+            except duckdb.Error as bad:
+                reason = str(bad).splitlines()[0]
+                issues.append(ParseIssue(str(path), None, None, "error", f"not ingested: not counter samples ({reason})"))
+        _clear_rejects(con)
+        _load_samples(con, table, readable, target)
+    if _has_rejects(con):
+        rejected = con.execute(
+            "SELECT s.file_path, e.line, e.error_message FROM reject_errors AS e JOIN reject_scans AS s USING (scan_id, file_id)"
+        ).fetchall()
+        for file, line, message in rejected:
+            issues.append(ParseIssue(file, line, None, "warning", f"counter sample skipped: {message}"))
+        _clear_rejects(con)
+
+
+def _load_samples(con: duckdb.DuckDBPyConnection, table: sql.TableSql, files: list[Path], target: Path) -> None:
     if not files:
         sql.write_parquet(con, f"({table.empty()})", target)
         return
-    sql.set_variables(con, run_id=run_id, sample_files=[str(f) for f in files])
+    sql.set_variables(con, sample_files=[str(f) for f in files])
     sql.write_parquet(con, f"({table.select()})", target)
-    rejected = con.execute(
-        "SELECT s.file_path, e.line, e.error_message FROM reject_errors AS e JOIN reject_scans AS s USING (scan_id, file_id)"
-    ).fetchall()
-    for file, line, message in rejected:
-        issues.append(ParseIssue(file, line, None, "warning", f"counter sample skipped: {message}"))
-    con.execute("DELETE FROM reject_errors").fetchall()
-    con.execute("DELETE FROM reject_scans").fetchall()
+
+
+def _has_rejects(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether DuckDB's tables of rejected CSV lines exist (once a scan stored rejects)."""
+    return con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'reject_errors'").fetchall()[0][0] > 0
+
+
+def _clear_rejects(con: duckdb.DuckDBPyConnection) -> None:
+    if _has_rejects(con):
+        con.execute("DELETE FROM reject_errors").fetchall()
+        con.execute("DELETE FROM reject_scans").fetchall()
 
 
 NCCL_TABLES = ("nccl_comms", "nccl_connections", "nccl_calls", "nccl_messages", "nccl_tests_results")

@@ -327,6 +327,25 @@ def test_a_malformed_manifest_is_reported_and_the_traces_still_ingest(tmp_path):
     assert events[0][0] > 0
 
 
+
+def test_a_samples_file_with_other_columns_is_named_and_the_rest_still_ingest(tmp_path):
+    """One host's counter file is not the sampler's (four columns, no host): it is named, and the
+    other host's samples and the traces still ingest."""
+    run = tmp_path / "run"
+    (run / "traces").mkdir(parents=True)
+    (run / "samples").mkdir()
+    (run / "traces" / "rank0.json.gz").write_bytes((SAMPLED / "sampled_rank-0.json.gz").read_bytes())
+    (run / "samples" / "net.host0.csv").write_text("t_ns,interface,rx_bytes,tx_bytes\n1,eth0,1,1\n")
+    (run / "samples" / "net.host1.csv").write_text("t_ns,host,interface,rx_bytes,tx_bytes\n1,host1,eth0,1,1\n2,host1,eth0,9,9\n")
+    (run / "manifest.json").write_text(json.dumps({"run_id": "run", "world_size": 1}))
+    issues, samples = ingest_and_query(
+        tmp_path, run, "SELECT file, severity, reason FROM parse_issues WHERE file LIKE '%.csv'",
+        "SELECT host, count(*) FROM net_samples GROUP BY host",
+    )
+    assert [(Path(f).name, severity) for f, severity, _ in issues] == [("net.host0.csv", "error")]
+    assert "not counter samples" in issues[0][2]
+    assert samples == [("host1", 2)]
+
 # --- faults: killed ingests, repeats, two at once -------------------------------------------------------
 
 
