@@ -57,10 +57,18 @@ ARTEFACTS = Path(os.environ.get("WIRESPEED_TEST_ARTEFACTS", REPO / "test-artefac
 MARKS = "g.role-mark > path, g.role-mark > line, g.role-mark > text, g.role-mark > rect"
 
 
+def timeline_bars(page) -> list[str]:
+    """The geometry of every bar the timeline chart draws."""
+    return page.locator(".chart:has(select) path[aria-roledescription='bar']").evaluate_all(
+        "paths => paths.map(p => p.getAttribute('d'))"
+    )
+
+
 def test_the_report_in_a_browser_shows_every_chart_with_tooltips_and_no_errors(nccl_report):
     """Playwright drives the system Chromium (no browser download), with every request but the
-    file itself refused: no console error, marks in every chart, a tooltip on hover, and
-    screenshots at 1400 and 800 px wide in test-artefacts/."""
+    file itself refused: no console error, marks in every chart, a tooltip on hover, a step
+    selector that redraws the timeline, a wheel that zooms it, and screenshots at 1400 and
+    800 px wide in test-artefacts/."""
     from playwright.sync_api import sync_playwright
 
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
@@ -80,6 +88,26 @@ def test_the_report_in_a_browser_shows_every_chart_with_tooltips_and_no_errors(n
             tooltip = page.wait_for_selector("#vg-tooltip-element.visible", timeout=10_000)
             assert "ms" in tooltip.inner_text() and "state" in tooltip.inner_text()
             page.mouse.move(0, 0)
+
+            # The timeline opens on the typical step; picking another draws that step's stretches.
+            select = page.locator(".chart select")
+            assert select.count() == 1 and select.input_value() == "5"
+            assert select.locator("option").all_inner_texts()[0].startswith("5 (typical)")
+            opened = timeline_bars(page)
+            select.select_option("4")
+            page.wait_for_function("document.querySelector('.chart:has(select) .role-title').textContent.startsWith('Step 4')")
+            assert timeline_bars(page) != opened and len(timeline_bars(page)) > 0
+
+            # The wheel over the timeline zooms its time axis: fewer milliseconds span the chart.
+            axis = ".chart:has(select) .role-axis[aria-label^='X-axis'] .role-axis-label text"
+            labels = page.locator(axis).all_text_contents()
+            page.locator(".chart:has(select) svg").hover()
+            page.mouse.wheel(0, -400)
+            page.wait_for_function(
+                "([axis, before]) => [...document.querySelectorAll(axis)].map(t => t.textContent).join() !== before",
+                arg=[axis, ",".join(labels)], timeout=10_000,
+            )
+            page.mouse.move(0, 0)
             page.screenshot(path=ARTEFACTS / "report-1400px.png", full_page=True)
             page.set_viewport_size({"width": 800, "height": 900})
             page.screenshot(path=ARTEFACTS / "report-800px.png", full_page=True)
@@ -87,6 +115,53 @@ def test_the_report_in_a_browser_shows_every_chart_with_tooltips_and_no_errors(n
             browser.close()
     assert errors == []
     assert (ARTEFACTS / "report-1400px.png").stat().st_size > 10_000
+
+
+def test_every_mark_of_every_chart_has_a_tooltip():
+    """No chart draws a mark a reader cannot hover to read."""
+    from pipelines.report import templates
+
+    def units(spec):
+        if "mark" in spec:
+            yield spec
+        for key in ("layer", "spec", "vconcat", "hconcat", "concat"):
+            children = spec.get(key, [])
+            for child in children if isinstance(children, list) else [children]:
+                yield from units(child)
+
+    for name, spec in templates.specs().items():
+        for unit in units(spec):
+            assert "tooltip" in unit.get("encoding", {}), (name, unit["mark"])
+
+
+def test_the_verdict_leads_with_its_figures_as_tiles(nccl_report):
+    html = nccl_report.read_text()
+    # The trace does not record its line rate, and none was given: the tiles that need it say so.
+    assert "<p class='verdict bad'>Communication-bound (line rate unknown)</p>" in html
+    tiles = re.findall(r"<div class='label'>([^<]*)</div><div class='value'>([^<]*)</div>", html)
+    assert dict(tiles) == {
+        "exposed communication": "6.0%", "steps wait most for": "dp", "utilisation of the line rate": "unknown",
+        "scaling factor now": "0.94", "at full line rate": "unknown",
+    }
+
+
+def test_chart_sizes_and_selector_options_are_filled_from_the_data():
+    """What only the data knows (the steps on offer, the pixels per bar, a facet's columns) is
+    filled into the kept spec; a name the spec lacks is refused."""
+    from pipelines.report import templates
+
+    rows = {"step_stretches": [{"step": 3, "rank": 0}]}
+    spec = templates.filled("step_timeline", rows, params={"step": {"value": 3, "options": [3, 1], "labels": ["3", "1"]}})
+    (step,) = [p for p in spec["params"] if p["name"] == "step"]
+    assert step["value"] == 3 and step["bind"]["options"] == [3, 1] and step["bind"]["input"] == "select"
+    facets = templates.filled("step_breakdown", {"step_states": []}, bar_px=33, columns=2)
+    assert facets["spec"]["width"] == {"step": 33} and facets["columns"] == 2
+    with pytest.raises(ValueError, match="parameters"):
+        templates.filled("step_timeline", rows, params={"rank": {"value": 0}})
+    with pytest.raises(ValueError, match="no properties"):
+        templates.filled("step_timeline", rows, columns=2)
+    with pytest.raises(ValueError, match="not a step"):
+        templates.filled("step_timeline", rows, bar_px=10)
 
 
 def test_report_loads_nothing_from_the_network(nccl_report):
@@ -220,3 +295,26 @@ def test_the_vega_bundle_is_built_once_and_kept(tmp_path, monkeypatch):
         assert page.vega_bundle() == "// kept"  # a later process reads it instead of building
     finally:
         page.vega_bundle.cache_clear()
+
+
+def test_the_throughput_chart_shows_the_interface_that_carried_the_traffic(tmp_path):
+    """The manifest names the default-route NIC, which sat idle while the job talked over another:
+    the chart draws the one that carried traffic rather than an empty line."""
+    run = tmp_path / "run"
+    (run / "traces").mkdir(parents=True)
+    (run / "samples").mkdir()
+    for rank in (0, 1):
+        shutil.copy(TRACES / "hta_sampled_2rank" / f"sampled_rank-{rank}.json.gz", run / "traces" / f"rank{rank}.pt.trace.json.gz")
+    samples = ["t_ns,host,interface,rx_bytes,tx_bytes"]
+    for tick in range(10):
+        t_ns = 1_700_000_000_000_000_000 + tick * 100_000_000
+        samples += [f"{t_ns},host0,eth0,5000,5000", f"{t_ns},host0,ens5,{tick * 10_000_000},{tick * 12_000_000}"]
+    (run / "samples" / "net.host0.csv").write_text("\n".join(samples) + "\n")
+    manifest = {"run_id": "run", "world_size": 2, "link_gbps": 10.0, "link_interface": "eth0", "link_source": "manifest"}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    page = report_run(store, Settings(), ingest_directly(store, run, "run"))
+    (throughput,) = [spec for spec in chart_specs(page) if "throughput_over_time" in spec["datasets"]]
+    series = {row["series"] for row in throughput["datasets"]["throughput_over_time"]}
+    assert "counters: ens5" in series and "counters: eth0" not in series

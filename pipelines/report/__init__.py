@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import duckdb
@@ -21,10 +22,21 @@ from pipelines.warehouse import TABLES, Warehouse, open_version
 MAX_STRETCHES = 20_000
 MAX_POINTS = 1_500
 MAX_STEPS = 200
+# The steps the timeline's selector offers; the stretches are shared out among them.
+MAX_TIMELINE_STEPS = 40
 # Facet at most this many ranks side by side; beyond it ranks become rows of one chart.
 MAX_FACETED_RANKS = 16
+# Charts with a bar per step fill this many pixels, their bars 4 to 40 pixels wide; facets
+# share it, at most four abreast.
+PAGE_PX = 900
+MIN_BAR_PX, MAX_BAR_PX = 4, 40
+# Pixels a facet or chart takes besides its bars (axis, labels).
+AXIS_PX = 70
 
 
+def bar_px(bars: int, width: int = PAGE_PX - AXIS_PX, most: int = MAX_BAR_PX) -> int:
+    """Pixels per bar for `bars` bars to fill `width`, within bounds."""
+    return max(MIN_BAR_PX, min(most, width // max(bars, 1)))
 
 
 def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict]) -> str:
@@ -34,24 +46,25 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
     if not headline:
         raise LookupError(f"run {run_id!r} has no published tables")
     run = headline[0]
-    page = Page(f"wirespeed report: {run_id}")
-    page.add("Is the network the bottleneck?", _verdict(sql.report_rows(con, "verdict")))
+    page = Page(f"wirespeed report: {run_id}", _subtitle(run))
+    failed = [v.name for v in verdicts if not v.outcome.passed]
+    doubts = paragraph(f"Checks failed: {', '.join(failed)} (see Checks below).") if failed else ""
+    page.add("Is the network the bottleneck?", _verdict(sql.report_rows(con, "verdict")) + doubts)
     page.add("Is communication exposed?", _summary(run, verdicts))
-    page.add("Checks", _checks(verdicts))
 
     states = sql.report_rows(con, "step_states")
     if states:
         steps = run["steps"]
         shown = paragraph(f"The first {MAX_STEPS} of the run's {steps} steps are drawn.") if steps > MAX_STEPS else ""
-        faceted = len({row["rank"] for row in states}) <= MAX_FACETED_RANKS
-        page.add("Step breakdown", page.chart("step_breakdown" if faceted else "rank_breakdown", {"step_states": states}) + shown)
-        step = sql.report_rows(con, "representative_step")[0]["step"]
-        sql.set_variables(con, step=step)
-        stretches = sql.report_rows(con, "step_stretches")
-        note = paragraph(f"Step {step}, whose length is the median of the run's steps, on every rank.")
-        if len(stretches) >= MAX_STRETCHES:
-            note += paragraph(f"Only the {MAX_STRETCHES} longest stretches are drawn.")
-        page.add("Timeline of a typical step", note + page.chart("step_timeline", {"step_stretches": stretches}))
+        ranks, shown_steps = len({row["rank"] for row in states}), len({row["step"] for row in states})
+        if ranks <= MAX_FACETED_RANKS:
+            columns = max(1, min(4, ranks, PAGE_PX // (MIN_BAR_PX * shown_steps + AXIS_PX)))
+            bars = bar_px(shown_steps, PAGE_PX // columns - AXIS_PX)
+            chart = page.chart("step_breakdown", {"step_states": states}, bar_px=bars, columns=columns)
+        else:
+            chart = page.chart("rank_breakdown", {"step_states": states})
+        page.add("Step breakdown", chart + shown)
+        page.add("Timeline of a step", _timeline(con, page))
     else:
         page.add(
             "Step breakdown",
@@ -77,9 +90,48 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
     page.add("Bandwidth", _bandwidth(con, page))
     page.add("What if the network ran at full line rate?", _whatif(con, page))
     page.add("NCCL: communicators, links, calls and errors", _nccl(con, page))
+    page.add("Checks", _checks(verdicts))
     page.add("What ingestion skipped or doubted", table(sql.report_rows(con, "issues"), empty="Nothing: every file was read whole."))
     page.add("How to read this", _reading_notes())
     return page.render()
+
+
+def _subtitle(run: dict) -> str:
+    """The run in one line: job, ranks, hosts, backend, link."""
+    link = f"{run['link_gbps']:g} Gbit/s link" if run["link_gbps"] else "line rate unknown"
+    return " · ".join(
+        str(part) for part in (
+            f"job {run['job']}" if run["job"] else None,
+            f"{run['world_size']} ranks" if run["world_size"] else None,
+            f"{run['hosts']} host{'s' if run['hosts'] != 1 else ''}" if run["hosts"] else None,
+            run["backend"],
+            link,
+            run["device_model"],
+        ) if part
+    )
+
+
+def _timeline(con: duckdb.DuckDBPyConnection, page: Page) -> str:
+    """A Gantt of one step on every rank, opening on the typical step, with a selector for the others."""
+    steps = sql.report_rows(con, "timeline_steps")
+    per_step = MAX_STRETCHES // len(steps)
+    sql.set_variables(con, timeline_steps=[row["step"] for row in steps], max_stretches_per_step=per_step)
+    stretches = sql.report_rows(con, "step_stretches")
+    labels = [
+        f"{row['step']}{' (typical)' if row['typical'] else ''}: {row['mean_step_ms']:.1f} ms, "
+        + ("exposure unknown" if row["exposed_comm_share"] is None else f"{row['exposed_comm_share']:.0%} exposed")
+        for row in steps
+    ]
+    picker = {"step": {"value": steps[0]["step"], "options": [row["step"] for row in steps], "labels": labels}}
+    note = (
+        f"It opens on step {steps[0]['step']}, whose length is the median of the run's steps. Pick another step in the "
+        "list under the chart; zoom with the mouse wheel, drag to pan, double-click to zoom back out."
+    )
+    if len(steps) == MAX_TIMELINE_STEPS:
+        note += f" The list offers {MAX_TIMELINE_STEPS} steps: the typical one, then the first in order."
+    if max(Counter(row["step"] for row in stretches).values(), default=0) >= per_step:
+        note += f" Of a step with more than {per_step} busy stretches, only the longest {per_step} are drawn."
+    return paragraph(note) + page.chart("step_timeline", {"step_stretches": stretches}, params=picker)
 
 
 def _bandwidth(con: duckdb.DuckDBPyConnection, page: Page) -> str:
@@ -87,7 +139,8 @@ def _bandwidth(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     parts = []
     points = sql.report_rows(con, "bandwidth_by_size")
     if points:
-        parts.append(page.chart("bandwidth_by_size", {"bandwidth_by_size": points}))
+        columns = len({row["size_from"] for row in points}) * len({row["op"] for row in points})
+        parts.append(page.chart("bandwidth_by_size", {"bandwidth_by_size": points}, bar_px=bar_px(columns, most=80)))
     else:
         parts.append(paragraph("No collective has both a known size and a duration, so no bandwidth can be computed."))
     series = sql.report_rows(con, "throughput_over_time")
@@ -100,7 +153,7 @@ def _bandwidth(con: duckdb.DuckDBPyConnection, page: Page) -> str:
                        "takes them)."))
     waits = sql.report_rows(con, "wait_vs_transfer")
     if waits:
-        parts.append(page.chart("wait_vs_transfer", {"wait_vs_transfer": waits}))
+        parts.append(page.chart("wait_vs_transfer", {"wait_vs_transfer": waits}, bar_px=bar_px(len({row["step"] for row in waits}))))
     stragglers = sql.report_rows(con, "stragglers")
     if any(row["straggler_rank"] is not None for row in stragglers):
         parts.append(table(stragglers, {"max_skew_ms": ".3f", "exposed_comm_ms": ".3f", "wait_share": ".1%"}))
@@ -113,7 +166,10 @@ def _dimensions(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     if not groups:
         return paragraph("No collective was found, so no process group's communication can be weighed.")
     steps = sql.report_rows(con, "dimension_steps")
-    parts = [page.chart("dimension_steps", {"dimension_steps": steps})] if steps else [paragraph("No communication was exposed.")]
+    parts = (
+        [page.chart("dimension_steps", {"dimension_steps": steps}, bar_px=bar_px(len({row["step"] for row in steps})))]
+        if steps else [paragraph("No communication was exposed.")]
+    )
     parts.append(table(groups, {"total_mb": ".3f", "exposed_ms_per_rank": ".3f", "exposed_share": ".1%", "busbw_gbps": ".3f"}))
     parts.append(paragraph(
         "Exposed communication at each instant is shared equally among the process groups communicating then "
@@ -123,13 +179,53 @@ def _dimensions(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     return "".join(parts)
 
 
+# What each parallel dimension is, for readers who know it by another name.
+DIMENSION_NAMES = {
+    "dp": "data parallel", "fsdp": "fully sharded data parallel", "tp": "tensor parallel", "pp": "pipeline parallel",
+    "ep": "expert parallel", "cp": "context parallel", "other": "no parallel dimension recognised",
+}
+
+# The verdict's colour: green when the network is not what limits the run, grey when nothing
+# can be judged, else the warm colour of exposed communication.
+_VERDICT_CLASS = {"not communication-bound": "good", "no traces": "unknown", "no communication found": "unknown"}
+
+
 def _verdict(rows: list[dict]) -> str:
+    """The answer in five seconds: the class, its explanation, and the key figures as tiles."""
     if not rows:
         return paragraph("No verdict: the run has no published tables.")
     verdict = rows[0]
 
     def share(value, digits=1):
         return "unknown" if value is None else f"{value:.{digits}%}"
+
+    def factor(value):
+        return "unknown" if value is None else f"{value:.2f}"
+
+    link = "the line rate" if verdict["link_gbps"] is None else f"{verdict['link_gbps']:g} Gbit/s"
+    scope = {"inter": "over the network", "intra": "within a host"}.get(verdict["dominant_scope"], "over an unknown link")
+    if verdict["measured_sf"] is not None:
+        now = (factor(verdict["measured_sf"]), f"measured against the job's baseline ({verdict['baseline_kind']})")
+    else:
+        now = (factor(verdict["estimated_sf"]), "estimated: 1 − the exposed share (no baseline run)")
+    tiles = [
+        ("exposed communication", share(verdict["exposed_comm_share"]),
+         "of step time" + ("" if verdict["wait_share"] is None else f"; {verdict['wait_share']:.0%} of it waiting for other ranks")),
+        ("steps wait most for", verdict["dominant_dimension"] or "nothing",
+         "no communication was exposed" if verdict["dominant_dimension"] is None
+         else f"{DIMENSION_NAMES.get(verdict['dominant_dimension'], verdict['dominant_dimension'])}: "
+         f"{verdict['dominant_dimension_share']:.0%} of the exposed time, {scope}"),
+        ("utilisation of the line rate", share(verdict["utilization"], 0),
+         "no bus bandwidth measured" if verdict["achieved_busbw_gbps"] is None
+         else f"{verdict['achieved_busbw_gbps']:.3g} Gbit/s of {link}, bus bandwidth"),
+        ("scaling factor now", *now),
+        ("at full line rate", factor(verdict["full_rate_sf"]), f"what-if at {link}, uncompressed"),
+    ]
+    tiles_html = "".join(
+        f"<div class='tile'><div class='label'>{text(label)}</div><div class='value'>{text(value)}</div>"
+        f"<div class='sub'>{text(sub)}</div></div>"
+        for label, value, sub in tiles
+    )
 
     facts = [
         ("exposed communication", share(verdict["exposed_comm_share"])),
@@ -141,9 +237,12 @@ def _verdict(rows: list[dict]) -> str:
         ("estimated scaling factor (1 - exposed share)", "unknown" if verdict["estimated_sf"] is None else f"{verdict['estimated_sf']:.3f}"),
     ]
     rows_html = "".join(f"<tr><th>{text(k)}</th><td>{text(v)}</td></tr>" for k, v in facts)
+    kind = _VERDICT_CLASS.get(verdict["bottleneck"], "bad")
     return (
-        f"<p class='headline'><strong>{text(verdict['bottleneck'])}</strong>. {text(verdict['explanation'])}</p>"
-        f"<table>{rows_html}</table>"
+        f"<p class='verdict {kind}'>{text(verdict['bottleneck'].capitalize())}</p>"
+        f"<p class='headline'>{text(verdict['explanation'])}</p>"
+        f"<div class='tiles'>{tiles_html}</div>"
+        f"<details><summary>Every figure of the verdict</summary><table>{rows_html}</table></details>"
     )
 
 
@@ -153,16 +252,20 @@ def _whatif(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     if not grid:
         return paragraph("No what-if: no collective of the traces has both a size and a duration to replay (the verdict above says why).")
     parts = [page.chart("whatif", {"whatif_grid": grid})]
-    parts.append(table(sql.report_rows(con, "whatif_needs"), {"target": ".2f", "min_bandwidth_gbps": ".1f"},
+    parts.append(table(sql.report_rows(con, "whatif_needs"), {"target": ".2f"},
                        "The what-if has no targets to search for this run."))
     scaling = sql.report_rows(con, "job_scaling")
     if scaling:
         parts.append(page.chart("job_scaling", {"job_scaling": scaling}))
     if grid[0]["model"] == "replay":
+        rate = (
+            "at the share of line rate it achieved in the run" if grid[0]["transfers"] == "achieved"
+            else "at the full line rate (the run's own line rate is unknown, so how much of it the run achieved is too)"
+        )
         parts.append(paragraph(
-            "The replay re-runs every step with each collective's transfer at the line rate of the cell, at the share "
-            "of line rate it achieved in the run, its latency kept, and every wait for it moved with its end "
-            "(docs/whatif.md). It leaves out compute that a link slows or speeds and the cost of compressing."
+            f"The replay re-runs every step with each collective's transfer at the line rate of the cell, {rate}, its "
+            "latency kept, and every wait for it moved with its end (docs/whatif.md). It leaves out compute that a link "
+            "slows or speeds and the cost of compressing."
         ))
     else:
         parts.append(paragraph(

@@ -1,9 +1,11 @@
 """The report's Altair charts, each over named datasets that the report fills from its queries.
 
-No chart's spec depends on its data: sizes are fixed or Vega-Lite steps (a row per rank), and
-filters and derived fields are Vega-Lite transforms. So the specs are built once per version of
-this module and kept (pipelines/report/templates.py), and a report fills them in without Altair.
-Every dataset is one query of `sql/report/`, already aggregated (never raw events).
+No chart's spec depends on its data: sizes are Vega-Lite steps (so many pixels per step, rank or
+size range) or fixed, filters and derived fields are Vega-Lite transforms, and what only the
+data knows (the steps a selector offers, a facet's columns) is a parameter the report fills in.
+So the specs are built once per version of this module and kept (pipelines/report/templates.py),
+and a report fills them in without Altair. Every dataset is one query of `sql/report/`, already
+aggregated (never raw events). Every mark has a tooltip.
 """
 
 from __future__ import annotations
@@ -12,11 +14,19 @@ import json
 
 import altair as alt
 
-# One colour per state, the same in every chart: warm colours for communication, so exposed
-# communication (the thing to shrink) stands out.
+# Okabe and Ito's palette, told apart with every common colour-vision deficiency: the colours
+# of every categorical scale.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+BLUE, ORANGE, GREEN, PURPLE, SKY, VERMILLION = PALETTE[:6]
+
+# One colour per state, the same in every chart. Exposed communication (the thing to shrink) has
+# the one warm colour; communication hidden under compute is a light shade of compute's.
 STATES = ["compute", "overlapped communication", "exposed communication", "other (copies, fills)", "idle"]
-COLOURS = ["#4c78a8", "#f2b701", "#e45756", "#72b7b2", "#d9d9d9"]
+COLOURS = [BLUE, SKY, VERMILLION, GREEN, "#DDDDDD"]
 _SCALE = alt.Scale(domain=STATES, range=COLOURS)
+
+# Pixels per step (or size range) of the charts with one bar per step.
+STEP_PX = 16
 
 # The what-if heatmap outlines the cells whose scaling factor reaches this.
 WHATIF_TARGET = 0.95
@@ -44,9 +54,9 @@ def _state_bars(x: alt.X, y: alt.Y) -> alt.Chart:
 def step_breakdown_chart() -> alt.FacetChart:
     """Stacked bars: for each rank and step, milliseconds of compute, communication, other, idle."""
     bars = _state_bars(alt.X("step:O", title="step"), alt.Y("ms:Q", title="milliseconds", stack="zero"))
-    return bars.properties(width=240, height=180).facet(facet=alt.Facet("rank:O", title="rank"), columns=4).properties(
-        title="Where each step's time went, per rank"
-    )
+    return bars.properties(width=alt.Step(STEP_PX), height=180).facet(
+        facet=alt.Facet("rank:O", title="rank"), columns=4
+    ).properties(title="Where each step's time went, per rank")
 
 
 def rank_breakdown_chart() -> alt.Chart:
@@ -70,12 +80,18 @@ def dimension_steps_chart() -> alt.Chart:
                 alt.Tooltip("exposed_ms:Q", format=".3f", title="exposed ms"),
             ],
         )
-        .properties(width=360, height=180, title="Which parallel dimension's communication each step waited for")
+        .properties(width=alt.Step(STEP_PX), height=180, title="Which parallel dimension's communication each step waited for")
     )
 
 
 def step_timeline_chart() -> alt.Chart:
-    """A Gantt of one step on every rank: when compute ran and when communication was exposed."""
+    """A Gantt of one step on every rank: when compute ran and when communication was exposed.
+
+    The step is picked from a list (its options filled by the report); the time axis zooms with
+    the wheel, pans by dragging and resets on a double click.
+    """
+    step = alt.param(name="step", value=0, bind=alt.binding_select(options=[0], name="step "))
+    zoom = alt.selection_interval(name="zoom", bind="scales", encodings=["x"])
     return (
         alt.Chart(_data("step_stretches"))
         .mark_bar(height={"band": 0.8})
@@ -85,13 +101,19 @@ def step_timeline_chart() -> alt.Chart:
             x2="end_ms:Q",
             color=alt.Color("state:N", scale=_SCALE, title=None),
             tooltip=[
+                alt.Tooltip("step:O"),
                 alt.Tooltip("rank:O"),
                 alt.Tooltip("state:N"),
                 alt.Tooltip("start_ms:Q", format=".3f"),
                 alt.Tooltip("dur_us:Q", format=".1f", title="duration (us)"),
             ],
         )
-        .properties(width=760, height=alt.Step(28), title="Timeline of a typical step, idle left blank")
+        .add_params(step, zoom)
+        .transform_filter(alt.datum.step == step)
+        .properties(
+            width=760, height=alt.Step(24),
+            title=alt.TitleParams(text=alt.ExprRef(expr="'Step ' + step + ' on every rank, idle left blank'")),
+        )
     )
 
 
@@ -106,12 +128,18 @@ def _line_rates(data: str, *fields: str) -> alt.Chart:
 
 
 def bandwidth_by_size_chart() -> alt.LayerChart:
-    """Bus bandwidth of each collective's transfer against its size, with the line rate drawn in."""
+    """Bus bandwidth of each collective's transfer against its size range, with the line rate drawn in.
+
+    One column per power-of-two size range that occurs, ops side by side within it: a log axis
+    would leave decades empty between the few sizes a model uses.
+    """
     dots = (
         alt.Chart(_data("bandwidth_by_size"))
         .mark_point(filled=True, opacity=0.7)
         .encode(
-            x=alt.X("bytes:Q", scale=alt.Scale(type="log"), title="message size (bytes)"),
+            x=alt.X("size_from:O", sort=alt.EncodingSortField("size_log2", op="min"), title="message size, from",
+                    axis=alt.Axis(labelAngle=0)),
+            xOffset=alt.XOffset("op:N"),
             y=alt.Y("busbw_gbps:Q", title="bus bandwidth of the transfer (Gbit/s)"),
             color=alt.Color("op:N", title="op"),
             shape=alt.Shape("scope:N", title="scope"),
@@ -121,7 +149,9 @@ def bandwidth_by_size_chart() -> alt.LayerChart:
     rule = _line_rates("bandwidth_by_size", "scope").encode(
         y="link_gbps:Q", tooltip=[alt.Tooltip("link_gbps:Q", title="line rate (Gbit/s)"), "scope:N"]
     )
-    return alt.layer(dots, rule).properties(width=640, height=300, title="How close each collective came to the line rate (dashed)")
+    return alt.layer(dots, rule).properties(
+        width=alt.Step(2 * STEP_PX), height=300, title="How close each collective came to the line rate (dashed)"
+    )
 
 
 def throughput_chart() -> alt.LayerChart:
@@ -133,8 +163,12 @@ def throughput_chart() -> alt.LayerChart:
         alt.Chart(_data("throughput_over_time"))
         .transform_filter("datum.source === 'collectives' && datum.gbps > 0")
         .transform_aggregate(hosts="count()", groupby=["t_s", "t_end_s"])
-        .mark_rect(color="#f2b701", opacity=0.15)
-        .encode(x="t_s:Q", x2="t_end_s:Q")
+        .mark_rect(color=ORANGE, opacity=0.15)
+        .encode(
+            x="t_s:Q",
+            x2="t_end_s:Q",
+            tooltip=[alt.Tooltip("t_s:Q", format=".2f", title="communicating from (s)"), alt.Tooltip("t_end_s:Q", format=".2f", title="to (s)")],
+        )
     )
     lines = (
         alt.Chart(_data("throughput_over_time"))
@@ -147,7 +181,7 @@ def throughput_chart() -> alt.LayerChart:
             tooltip=["host:N", "series:N", alt.Tooltip("t_s:Q", format=".2f"), alt.Tooltip("gbps:Q", format=".3f")],
         )
     )
-    rule = _line_rates("throughput_over_time").encode(y="link_gbps:Q")
+    rule = _line_rates("throughput_over_time").encode(y="link_gbps:Q", tooltip=[alt.Tooltip("link_gbps:Q", title="line rate (Gbit/s)")])
     return alt.layer(shading, lines, rule).properties(
         width=760, height=260, title="Network throughput over time (communication phases shaded, line rate dashed)"
     )
@@ -162,11 +196,11 @@ def wait_vs_transfer_chart() -> alt.Chart:
             x=alt.X("step:O", title="step"),
             y=alt.Y("ms:Q", title="exposed communication, ms over all ranks", stack="zero"),
             color=alt.Color(
-                "part:N", title=None, scale=alt.Scale(domain=["waiting for other ranks", "transfer"], range=["#9d755d", "#e45756"])
+                "part:N", title=None, scale=alt.Scale(domain=["waiting for other ranks", "transfer"], range=[PURPLE, VERMILLION])
             ),
             tooltip=["step:O", "part:N", alt.Tooltip("ms:Q", format=".3f")],
         )
-        .properties(width=360, height=220, title="Exposed communication: waiting or moving data?")
+        .properties(width=alt.Step(STEP_PX), height=220, title="Exposed communication: waiting or moving data?")
     )
 
 
@@ -180,19 +214,25 @@ def whatif_heatmap() -> alt.LayerChart:
             y=alt.Y("compression:O", title="compression ratio", sort="descending"),
         )
     )
+    tooltip = [
+        alt.Tooltip("bandwidth_gbps:Q", title="Gbit/s"),
+        alt.Tooltip("compression:Q"),
+        alt.Tooltip("scaling_factor:Q", format=".3f"),
+        alt.Tooltip("exposed_ms:Q", format=".3f", title="exposed ms per step"),
+    ]
     cells = base.mark_rect(stroke="#000").encode(
-        color=alt.Color("scaling_factor:Q", title="scaling factor", scale=alt.Scale(domain=[0, 1], scheme="redyellowgreen")),
-        strokeWidth=alt.condition(alt.datum.reaches_target, alt.value(2), alt.value(0)),
-        tooltip=[
-            alt.Tooltip("bandwidth_gbps:Q", title="Gbit/s"),
-            alt.Tooltip("compression:Q"),
-            alt.Tooltip("scaling_factor:Q", format=".3f"),
-            alt.Tooltip("exposed_ms:Q", format=".3f", title="exposed ms per step"),
-        ],
+        color=alt.Color("scaling_factor:Q", title="scaling factor", scale=alt.Scale(domain=[0, 1], scheme="viridis")),
+        strokeWidth=alt.condition(alt.datum.reaches_target, alt.value(3), alt.value(0)),
+        tooltip=tooltip,
     )
-    labels = base.mark_text(fontSize=11).encode(text=alt.Text("scaling_factor:Q", format=".2f"))
+    labels = base.mark_text(fontSize=11).encode(
+        text=alt.Text("scaling_factor:Q", format=".2f"),
+        color=alt.condition("datum.scaling_factor < 0.6", alt.value("white"), alt.value("black")),
+        tooltip=tooltip,
+    )
     return alt.layer(cells, labels).properties(
-        width=520, height=200, title=f"Predicted scaling factor at full line rate (outlined: at least {WHATIF_TARGET:g})"
+        width=alt.Step(4 * STEP_PX), height=alt.Step(2 * STEP_PX),
+        title=f"Predicted scaling factor at full line rate (outlined: at least {WHATIF_TARGET:g})",
     )
 
 
@@ -240,7 +280,7 @@ def nccl_call_mix_chart() -> alt.Chart:
             color=alt.Color("op:N", title="op"),
             tooltip=["op:N", "size_from:N", "calls:Q", alt.Tooltip("bytes:Q", format=",")],
         )
-        .properties(width=640, height=220, title="The mix of logged NCCL calls")
+        .properties(width=alt.Step(3 * STEP_PX), height=220, title="The mix of logged NCCL calls")
     )
 
 
@@ -279,4 +319,4 @@ CHARTS = {
 
 def specs() -> dict[str, dict]:
     """Every chart's Vega-Lite spec, checked against the schema, its data left to be named."""
-    return {name: build().to_dict(validate=True) for name, build in CHARTS.items()}
+    return {name: build().configure_range(category=PALETTE).to_dict(validate=True) for name, build in CHARTS.items()}

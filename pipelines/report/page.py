@@ -74,18 +74,20 @@ def table(rows: list[dict], formats: dict[str, str] | None = None, empty: str = 
 
 
 class Page:
-    def __init__(self, title: str):
+    def __init__(self, title: str, subtitle: str = ""):
         self.title = title
+        self.subtitle = subtitle
         self.sections: list[Section] = []
         self.charts: list[tuple[str, dict]] = []
 
     def add(self, title: str, body: str) -> None:
         self.sections.append(Section(title, body))
 
-    def chart(self, name: str, datasets: dict[str, list[dict]]) -> str:
-        """Place chart `name` (pipelines/report/charts.py) drawn from `datasets`; returns the HTML element it renders into."""
+    def chart(self, name: str, datasets: dict[str, list[dict]], **filling) -> str:
+        """Place chart `name` (pipelines/report/charts.py) drawn from `datasets` and filled in with
+        `filling` (templates.filled); returns the HTML element it renders into."""
         element = f"chart-{len(self.charts)}"
-        self.charts.append((element, templates.filled(name, datasets)))
+        self.charts.append((element, templates.filled(name, datasets, **filling)))
         return f"<div class='chart' id='{element}'></div>"
 
     def render(self) -> str:
@@ -102,16 +104,25 @@ class Page:
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:">
 <title>{text(self.title)}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }}
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1100px; color: #222; }}
 h1 {{ font-size: 1.6em; }} h2 {{ font-size: 1.25em; border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }}
-table {{ border-collapse: collapse; font-size: .9em; }} td, th {{ border: 1px solid #ddd; padding: .25em .6em; text-align: left; }}
+table {{ border-collapse: collapse; font-size: .9em; display: block; overflow-x: auto; max-width: 100%; }} td, th {{ border: 1px solid #ddd; padding: .25em .6em; text-align: left; }}
 th {{ background: #f5f5f5; }} .muted {{ color: #777; }} .headline {{ font-size: 1.15em; }}
-.pass {{ color: #2a7; }} .fail {{ color: #c33; }} .chart {{ margin: 1em 0; }}
+.pass {{ color: #009E73; }} .fail {{ color: #D55E00; }} .chart {{ margin: 1em 0; overflow-x: auto; max-width: 100%; }}
+.subtitle {{ color: #555; margin-top: -.5em; }}
+.verdict {{ font-size: 1.7em; font-weight: 700; margin: .3em 0; }}
+.verdict.bad {{ color: #D55E00; }} .verdict.good {{ color: #009E73; }} .verdict.unknown {{ color: #555; }}
+.tiles {{ display: flex; flex-wrap: wrap; gap: .8em; margin: 1.2em 0; }}
+.tile {{ flex: 1 1 170px; border: 1px solid #ddd; border-radius: 6px; padding: .6em .9em; background: #fafafa; }}
+.tile .label {{ font-size: .85em; color: #555; }} .tile .value {{ font-size: 2em; font-weight: 700; margin: .1em 0; }}
+.tile .sub {{ font-size: .8em; color: #555; }} details {{ margin: .8em 0; }} summary {{ cursor: pointer; color: #0072B2; }}
+.vega-bind {{ margin: .5em 0; }} .vega-bind select {{ font-size: 1em; }}
 </style>
 <script>{vega_bundle()}</script>
 </head>
 <body>
 <h1>{text(self.title)}</h1>
+{f"<p class='subtitle'>{text(self.subtitle)}</p>" if self.subtitle else ""}
 {sections}
 <script>
 {embeds}

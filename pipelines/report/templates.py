@@ -32,13 +32,45 @@ def _build() -> str:
     return json.dumps(charts.specs())
 
 
-def filled(name: str, datasets: dict[str, list[dict]]) -> dict:
-    """Chart `name`'s spec with the rows of each dataset it draws from."""
+def filled(
+    name: str, datasets: dict[str, list[dict]], params: dict[str, dict] | None = None, bar_px: int | None = None, **properties
+) -> dict:
+    """Chart `name`'s spec with the rows of each dataset it draws from, and what only the data knows.
+
+    `params` fills the chart's parameters: by name, a `value` and the rest for its input binding
+    (a select's `options` and `labels`). `bar_px` sets the pixels per step of a chart whose width
+    is a step (or whose facets' is). `properties` replace top-level ones the spec has (a facet's
+    `columns`).
+    """
     spec = specs()[name]
     wanted = datasets_of(spec)
     if set(datasets) != wanted:
         raise ValueError(f"chart {name!r} draws from {sorted(wanted)}, given {sorted(datasets)}")
-    return {**spec, "datasets": datasets}
+    unknown = set(properties) - set(spec)
+    if unknown:
+        raise ValueError(f"chart {name!r} has no properties {sorted(unknown)}")
+    declared = {param["name"]: param for param in spec.get("params", [])}
+    if set(params or {}) - set(declared):
+        raise ValueError(f"chart {name!r} has parameters {sorted(declared)}, given {sorted(params)}")
+    spec = {**spec, **properties, "datasets": datasets}
+    if bar_px is not None:
+        spec = _width_step(spec, bar_px)
+    if params:
+        spec["params"] = [
+            {**param, "value": params[pname]["value"], "bind": {**param["bind"], **{k: v for k, v in params[pname].items() if k != "value"}}}
+            if pname in params else param
+            for pname, param in declared.items()
+        ]
+    return spec
+
+
+def _width_step(spec: dict, px: int) -> dict:
+    """The spec with the step of its width (its own or its facets' inner chart's) set to `px`."""
+    if isinstance(spec.get("width"), dict) and "step" in spec["width"]:
+        return {**spec, "width": {"step": px}}
+    if "spec" in spec:
+        return {**spec, "spec": _width_step(spec["spec"], px)}
+    raise ValueError("the chart's width is not a step")
 
 
 def datasets_of(spec) -> set[str]:

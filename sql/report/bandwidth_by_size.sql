@@ -1,10 +1,14 @@
--- One point per matched collective: its message size and the bus bandwidth of its transfer, with
--- the line rate it is compared with. From collective_bw. At most `max_points` of them, a fixed
--- pseudo-random sample (by the hash of the collective) when a run has more.
+-- One point per matched collective: its message size, the power-of-two range it falls in
+-- (size_from, its lower end: the chart's columns, so only ranges that occur are drawn and no
+-- decade stands empty), and the bus bandwidth of its transfer, with the line rate it is compared
+-- with. From collective_bw. At most `max_points` of them, a fixed pseudo-random sample (by the
+-- hash of the collective) when a run has more.
 SELECT
   op,
   scope,
   any_value(bytes) AS bytes,
+  CAST(floor(log2(any_value(bytes))) AS INTEGER) AS size_log2,
+  format_bytes(CAST(pow(2, floor(log2(any_value(bytes)))) AS BIGINT)) AS size_from,
   any_value(transfer_busbw_gbps) AS busbw_gbps,
   any_value(link_gbps) AS link_gbps
 FROM collective_bw

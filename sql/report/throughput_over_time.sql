@@ -1,11 +1,23 @@
 -- Throughput over time per series, in at most about `max_points` points per series (windows are
--- merged into equal buckets for long runs). Counters are shown for the run's link interface, or
--- for every interface that carried traffic when the link is unknown. From net_utilization.
-WITH shown AS (
+-- merged into equal buckets for long runs). Counters are shown for the interfaces that carried
+-- traffic: the run's link interface when it did, else every one that did (a manifest's default-
+-- route NIC may sit idle while the job talks over another). From net_utilization.
+WITH carried AS (
+  SELECT DISTINCT interface
+  FROM net_utilization
+  WHERE run_id = getvariable('run_id') AND source = 'counters'
+  GROUP BY host, interface
+  HAVING sum(rx_bytes + tx_bytes) > 0
+),
+link AS (
+  SELECT any_value(link_interface) AS interface FROM runs
+  WHERE run_id = getvariable('run_id') AND link_interface IN (SELECT interface FROM carried)
+),
+shown AS (
   SELECT u.*
-  FROM net_utilization AS u, (SELECT any_value(link_interface) AS link_interface FROM runs WHERE run_id = getvariable('run_id')) AS r
+  FROM net_utilization AS u, link
   WHERE u.run_id = getvariable('run_id')
-    AND (u.source = 'collectives' OR r.link_interface IS NULL OR u.interface = r.link_interface)
+    AND (u.source = 'collectives' OR u.interface = coalesce(link.interface, u.interface) AND u.interface IN (SELECT interface FROM carried))
 ),
 span AS (
   SELECT min(window_start_ns) AS t0, greatest(max(window_end_ns) - min(window_start_ns), 1) AS ns FROM shown
