@@ -17,6 +17,10 @@ much faster the step gets on a faster link.
     python -m collectors.jobs --job tp --nnodes 2 --node-rank 0 --nproc-per-node 1 \\
         --master-addr 198.18.0.1 --master-port 29500 --steps 8
 
+`--straggler-ms MS` makes the last rank a straggler: it computes MS longer in each step (matrix
+products before the step's own work), as a slower host or a larger shard would, and the others
+wait for it.
+
 Run it once per host; global rank = node rank * nproc-per-node + local rank. Sockets use the
 interface in GLOO_SOCKET_IFNAME (from the environment). Each rank profiles itself with `Capture`
 (steps after the first two) and, when done, prints one JSON line to stdout with its own wall-clock
@@ -257,6 +261,14 @@ def ep_job(rank: int, world: int) -> Step:
 JOBS: dict[str, Callable[[int, int], Step]] = {"ddp": ddp_job, "fsdp": fsdp_job, "tp": tp_job, "pp": pp_job, "ep": ep_job}
 
 
+def extra_compute(seconds: float) -> None:
+    """Matrix products for `seconds`: work the profiler records as compute."""
+    matrix = torch.randn(256, 256)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        matrix = torch.tanh(matrix @ matrix)
+
+
 def train(local_rank: int, args: argparse.Namespace) -> None:
     rank = args.node_rank * args.nproc_per_node + local_rank
     world = args.nnodes * args.nproc_per_node
@@ -272,6 +284,8 @@ def train(local_rank: int, args: argparse.Namespace) -> None:
     with Capture(wait=1, warmup=1, active=args.steps - 2, tags={"job": args.job}) as capture:
         for _ in range(args.steps):
             started_ns = time.perf_counter_ns()
+            if rank == world - 1 and args.straggler_ms:
+                extra_compute(args.straggler_ms / 1000)
             step()
             step_ns.append(time.perf_counter_ns() - started_ns)
             capture.step()
@@ -288,6 +302,7 @@ def main() -> None:
     parser.add_argument("--master-addr", default="127.0.0.1")
     parser.add_argument("--master-port", type=int, default=29500)
     parser.add_argument("--steps", type=int, default=8, help="steps to run; the first two are profiler wait and warm-up")
+    parser.add_argument("--straggler-ms", type=float, default=0, help="the last rank computes this much longer in each step")
     args = parser.parse_args()
     if args.steps < 3:
         parser.error("--steps must be at least 3")

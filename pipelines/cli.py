@@ -5,6 +5,7 @@
     wirespeed ingest PATH... [--warehouse DIR]                    ingest runs (Dagster, in-process)
     wirespeed sql "QUERY" [--format table|csv|json]               query the warehouse
     wirespeed report RUN_ID [-o FILE]                             write a run's HTML report
+    wirespeed compare RUN_A RUN_B [--format table|json]           what changed from one run to another
     wirespeed demo [--cluster | --single-host]                    capture, ingest and judge a demo run
 
 Heavy imports (dagster, duckdb, torch) happen inside the subcommands that need them, so that
@@ -96,6 +97,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from pipelines import settings
+    from pipelines.compare import compare, print_comparison
+    from pipelines.warehouse import Warehouse
+
+    store = Warehouse(_warehouse_dir(args.warehouse))
+    store.ensure()
+    print_comparison(compare(store, settings.load(store.root), args.run_a, args.run_b), args.format, sys.stdout)
+    return 0
+
+
 def cmd_whatif(args: argparse.Namespace) -> int:
     from pipelines.whatif_command import print_rows, whatif_rows
 
@@ -153,6 +165,13 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("-o", "--output", help="file to write (default: the warehouse's reports folder)")
     report.add_argument("--warehouse", help=warehouse_help)
     report.set_defaults(run=cmd_report)
+
+    versus = commands.add_parser("compare", help="what changed in the typical step from one run to another, and why")
+    versus.add_argument("run_a", metavar="RUN_A", help="the run before")
+    versus.add_argument("run_b", metavar="RUN_B", help="the run after")
+    versus.add_argument("--format", choices=("table", "json"), default="table")
+    versus.add_argument("--warehouse", help=warehouse_help)
+    versus.set_defaults(run=cmd_compare)
 
     what = commands.add_parser("whatif", help="predict a run's step at other line rates, compressions and rank counts")
     what.add_argument("run_id", nargs="?", metavar="RUN_ID", help="replay this run's own steps")

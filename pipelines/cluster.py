@@ -223,12 +223,13 @@ class ClusterJobRun:
 
 
 def run_job(job: str, link_mbit: float, landing: Path, steps: int = 8, run_id: str | None = None,
-            timeout_s: float = 180) -> ClusterJobRun:
-    """Run one `collectors.jobs` job on a fresh 2-host cluster, one rank per host, each host under
-    `wirespeed collect --nnodes 2 --link-gbps <rate>`, into `landing`."""
+            timeout_s: float = 180, hosts: int = 2, job_args: tuple[str, ...] = ()) -> ClusterJobRun:
+    """Run one `collectors.jobs` job on a fresh cluster of `hosts` hosts, one rank per host, each
+    host under `wirespeed collect --nnodes <hosts> --link-gbps <rate>`, into `landing`; `job_args`
+    go to the job (`--straggler-ms 100`)."""
     run_id = run_id or f"{job}-{link_mbit:g}mbit-{uuid.uuid4().hex[:6]}"
     landing = Path(landing).absolute()
-    with Cluster(hosts=2, link_mbit=link_mbit) as cluster:
+    with Cluster(hosts=hosts, link_mbit=link_mbit) as cluster:
         master = cluster.hosts[0].address
         environment = {**os.environ, "GLOO_SOCKET_IFNAME": INTERFACE, "PYTHONPATH": str(REPO)}
         started = time.perf_counter_ns()
@@ -236,9 +237,10 @@ def run_job(job: str, link_mbit: float, landing: Path, steps: int = 8, run_id: s
         for host in cluster.hosts:
             argv = [
                 sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", run_id,
-                "--nnodes", "2", "--link-gbps", f"{link_mbit / 1000:g}", "--job", job, "--",
-                sys.executable, "-m", "collectors.jobs", "--job", job, "--nnodes", "2", "--node-rank", str(host.index),
+                "--nnodes", str(hosts), "--link-gbps", f"{link_mbit / 1000:g}", "--job", job, "--",
+                sys.executable, "-m", "collectors.jobs", "--job", job, "--nnodes", str(hosts), "--node-rank", str(host.index),
                 "--nproc-per-node", "1", "--master-addr", master, "--master-port", str(JOB_PORT), "--steps", str(steps),
+                *job_args,
             ]
             children.append(cluster.popen(host.index, argv, cwd=REPO, env=environment, text=True,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE))

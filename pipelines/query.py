@@ -42,7 +42,7 @@ def print_query(warehouse_dir: Path, query: str, output_format: str, out: TextIO
         out.write(json.dumps([dict(zip(columns, map(_plain, row), strict=True)) for row in rows], indent=2))
         out.write("\n")
     else:
-        out.write(_table(columns, rows))
+        out.write(text_table(columns, rows))
 
 
 def _plain(value):
@@ -56,7 +56,8 @@ def _plain(value):
     return value
 
 
-def _table(columns: list[str], rows: list[tuple]) -> str:
+def text_table(columns: list[str], rows: list[tuple]) -> str:
+    """Rows as aligned plain text, NULL shown as NULL, with a row count."""
     cells = [["NULL" if v is None else str(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
 

@@ -187,13 +187,18 @@ def write_parquet(con: duckdb.DuckDBPyConnection, source: str, path: Path) -> in
 
 
 @cache
-def report_query(name: str) -> str:
-    """The text of `sql/report/<name>.sql`: a query that shapes published tables for a chart."""
-    return (SQL_DIR / "report" / f"{name}.sql").read_text()
+def query_text(name: str) -> str:
+    """The text of `sql/<name>.sql` for a query that is not a table (`report/headline`, `compare/parts`)."""
+    return (SQL_DIR / f"{name}.sql").read_text()
+
+
+def query_rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict]:
+    """The rows of query `name` (query_text) in this session, as dicts."""
+    relation = con.sql(query_text(name))
+    columns = relation.columns
+    return [dict(zip(columns, row, strict=True)) for row in relation.fetchall()]
 
 
 def report_rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict]:
-    """The rows of report query `name` in this session, as dicts."""
-    relation = con.sql(report_query(name))
-    columns = relation.columns
-    return [dict(zip(columns, row, strict=True)) for row in relation.fetchall()]
+    """The rows of report query `name` (`sql/report/`): what a report's section or chart shows."""
+    return query_rows(con, f"report/{name}")

@@ -1,0 +1,97 @@
+"""`wirespeed compare`: the parts of the step add up to its change, and name what really changed."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from conftest import TRACES, ingest_directly, wirespeed
+from pipelines.compare import compare
+from pipelines.settings import Settings
+from pipelines.warehouse import Warehouse
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Warehouse:
+    store = Warehouse(tmp_path_factory.mktemp("compare") / "warehouse")
+    store.ensure()
+    return store
+
+
+def assert_parts_add_up(result: dict) -> None:
+    step = result["step_ms"]
+    assert sum(part["a_ms"] for part in result["parts"]) == pytest.approx(step["a"], rel=1e-9)
+    assert sum(part["b_ms"] for part in result["parts"]) == pytest.approx(step["b"], rel=1e-9)
+    assert sum(part["delta_ms"] for part in result["parts"]) == pytest.approx(step["delta"], rel=0.01, abs=1e-9)
+
+
+def test_the_parts_of_two_real_runs_add_up_and_what_differs_is_said(store):
+    """An A100 NCCL run against a two-rank run of other hardware: the parts add up exactly, and
+    the notes say what the comparison cannot see past."""
+    nccl = ingest_directly(store, TRACES / "hta_ddp_nccl_meta_2024" / "nccl_data.json.gz")
+    sampled = ingest_directly(store, TRACES / "hta_sampled_2rank", "sampled_2rank")
+    result = compare(store, Settings(), nccl, sampled)
+    assert_parts_add_up(result)
+    assert [part["part"] for part in result["parts"]][0] == "compute" and result["parts"][-1]["part"] == "idle"
+    assert any("differ in size" in note for note in result["notes"])
+    itself = compare(store, Settings(), nccl, nccl)
+    assert itself["step_ms"]["delta"] == 0 and all(part["delta_ms"] == 0 for part in itself["parts"])
+    with pytest.raises(LookupError, match="not in the warehouse"):
+        compare(store, Settings(), nccl, "no-such-run")
+
+
+def test_a_run_and_its_twin_on_a_slower_link_differ_in_exposed_communication(cluster_runs, store):
+    """DDP on two emulated hosts at 1000 and at 200 Mbit/s, back to back: the step grew because
+    its data-parallel communication over the network was exposed longer, and the parts add up to
+    the change within 1 %; the JSON of the command line says the same."""
+    cost = cluster_runs("ddp")
+    largest, grown = [], []
+    for pair in cost.pairs:
+        fast, slow = (ingest_directly(store, run.run_dir) for run in (pair.fast, pair.slow))
+        result = compare(store, Settings(), fast, slow)
+        assert_parts_add_up(result)
+        parts = {part["part"]: part["delta_ms"] for part in result["parts"]}
+        print(f"{fast} -> {slow}: step {result['step_ms']['delta']:+.1f} ms; " + ", ".join(f"{k} {v:+.1f}" for k, v in parts.items()))
+        largest.append(result["largest_change"])
+        grown.append(parts.get("exposed communication: dp (network)", 0) / result["step_ms"]["delta"])
+    assert statistics.mode(largest) == "exposed communication: dp (network)", largest
+    assert statistics.median(grown) > 0.5, grown
+    out = json.loads(wirespeed("compare", fast, slow, "--warehouse", str(store.root), "--format", "json").stdout)
+    assert set(out) >= {"step_ms", "parts", "collectives", "ranks"} and set(out["step_ms"]) == {"a", "b", "delta"}
+    assert out["collectives"][0]["op"] == "allreduce" and out["collectives"][0]["delta_ms_per_step"] > 0
+    assert "1 Gbit/s and 0.2 Gbit/s" in " ".join(out["notes"])
+    table = wirespeed("compare", fast, slow, "--warehouse", str(store.root)).stdout
+    assert f"largest change: {result['largest_change']}" in table
+
+
+STRAGGLER_MS = 150
+
+
+@pytest.fixture(scope="module")
+def straggler_runs(tmp_path_factory, store):
+    """DDP on three emulated hosts at 1000 Mbit/s: as it is, then with its last rank computing
+    150 ms longer in each step (a slower host)."""
+    from conftest import require_cluster
+    from pipelines.cluster import run_job
+
+    require_cluster()
+    landing = tmp_path_factory.mktemp("straggler-landing")
+    runs = [run_job("ddp", 1000, landing, hosts=3), run_job("ddp", 1000, landing, hosts=3, job_args=("--straggler-ms", str(STRAGGLER_MS)))]
+    return [ingest_directly(store, run.run_dir) for run in runs]
+
+
+def test_a_straggler_twin_differs_in_waiting_for_other_ranks(straggler_runs, store):
+    """Two ranks of three wait for the one that computes longer: the wait is the part that grew,
+    and the parts add up."""
+    base, straggler = straggler_runs
+    result = compare(store, Settings(), base, straggler)
+    assert_parts_add_up(result)
+    parts = {part["part"]: part["delta_ms"] for part in result["parts"]}
+    print(f"{base} -> {straggler}: step {result['step_ms']['delta']:+.1f} ms; " + ", ".join(f"{k} {v:+.1f}" for k, v in parts.items()))
+    assert result["largest_change"] == "waiting for other ranks"
+    # At most two thirds of the extra compute, less what the waiting ranks hid under their backward.
+    assert STRAGGLER_MS / 3 < parts["waiting for other ranks"] < 2 / 3 * STRAGGLER_MS * 1.1
+    # The straggler itself waited no longer: its exposed communication grew least.
+    assert min(result["ranks"], key=lambda rank: rank["delta_exposed_ms"])["rank"] == 2
