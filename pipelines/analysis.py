@@ -115,32 +115,15 @@ def _parsed_reads(order: tuple[str, ...], queries: dict[str, str]) -> dict[str, 
     con = sql.session()
     reads = {}
     try:
-        replayed = set().union(*(_relations(con, query) for query in replay.QUERIES))
+        replayed = set().union(*(sql.relations(con, query) for query in replay.QUERIES))
         for position, name in enumerate(order):
-            named = _relations(con, queries[name]) | (_relations(con, WHATIF_INPUTS_QUERY) if name == WHATIF_START else set())
+            named = sql.relations(con, queries[name]) | (sql.relations(con, WHATIF_INPUTS_QUERY) if name == WHATIF_START else set())
             if named & set(REPLAY_TABLES):
                 named |= replayed
             reads[name] = sorted(named & set(PARSE_TABLES + order[:position]))
     finally:
         con.close()
     return reads
-
-
-def _relations(con: duckdb.DuckDBPyConnection, query: str) -> set[str]:
-    """Every table or common table expression a query names, from its parse tree."""
-    tree = json.loads(con.execute("SELECT json_serialize_sql($query)", {"query": query}).fetchall()[0][0])
-    if tree.get("error"):
-        raise ValueError(f"cannot parse: {tree.get('error_message')}")
-    names, pending = set(), [tree]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, dict):
-            if node.get("type") == "BASE_TABLE":
-                names.add(node["table_name"])
-            pending.extend(node.values())
-        elif isinstance(node, list):
-            pending.extend(node)
-    return names
 
 
 def last_readers(order: tuple[str, ...] = BUILD_ORDER) -> dict[str, str]:

@@ -40,6 +40,7 @@ class IngestResult:
     utilization: float | None = None  # of that line rate, by the collectives' bus bandwidth
     full_rate_sf: float | None = None  # the what-if: scaling factor at full line rate
     estimated_sf: float | None = None  # 1 - exposed share: the scaling factor now
+    regressions: list[str] = field(default_factory=list)  # what regressed against the job's baseline
 
     def describe(self) -> str:
         if not self.success:
@@ -54,7 +55,8 @@ class IngestResult:
             facts.append(f"scaling factor {now}{self.full_rate_sf:.2f} at full line rate")
         facts = "".join(f"; {fact}" for fact in facts)
         checks = f"; checks failed: {', '.join(self.failed_checks)}" if self.failed_checks else ""
-        return f"{self.run_id}: {share}{self.bottleneck}{facts}{checks}; report {self.report}"
+        regressed = f"; REGRESSED: {'; '.join(self.regressions)}" if self.regressions else ""
+        return f"{self.run_id}: {share}{self.bottleneck}{facts}{checks}{regressed}; report {self.report}"
 
 
 class BarProgress:
@@ -114,7 +116,7 @@ def ingest_paths(
         for line in outcome.warnings:
             print(f"wirespeed ingest: {line}", file=sys.stderr)
     ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
-    con = store.connect(settings.load(store.root).duckdb_config(), runs=ingested, tables=("verdict",))
+    con = store.connect(settings.load(store.root).duckdb_config(), runs=ingested, tables=("verdict", "regressions"))
     try:
         return [_result(outcomes[name], name, path, store, con) for name, path in runs]
     finally:
@@ -286,7 +288,7 @@ class ThroughDagster:
 
 
 def _result(outcome: StagesRun, run_id: str, path: Path, store: Warehouse, con) -> IngestResult:
-    """The run's result line, with its verdict read from the roll-ups in session `con`."""
+    """The run's result line, with its verdict and regressions read from the roll-ups in session `con`."""
     if outcome.error is not None:
         return IngestResult(run_id, path, False, outcome.error)
     sql.set_variables(con, run_id=run_id)
@@ -294,7 +296,8 @@ def _result(outcome: StagesRun, run_id: str, path: Path, store: Warehouse, con) 
     share = verdict["exposed_comm_share"] if verdict["bottleneck"] not in ("no communication found", "no traces") else None
     link = {"inter": " over the network", "intra": " within a host"}.get(verdict["dominant_scope"], "")
     waits_for = f"{verdict['dominant_dimension']}{link}" if verdict["dominant_dimension"] else None
+    regressed = [row["summary"] for row in sql.report_rows(con, "regressions") if row["regressed"]]
     return IngestResult(
         run_id, path, True, None, outcome.failed_checks, share, verdict["bottleneck"], store.report_path(run_id), waits_for,
-        verdict["link_gbps"], verdict["utilization"], verdict["full_rate_sf"], verdict["estimated_sf"],
+        verdict["link_gbps"], verdict["utilization"], verdict["full_rate_sf"], verdict["estimated_sf"], regressed,
     )

@@ -1,4 +1,4 @@
-"""Tables over all runs: the run summary, scaling across runs of a job, and each run's verdict.
+"""Tables over all runs: the run summary, scaling across runs of a job, each run's verdict and its regressions.
 
 They are rebuilt whole on a schedule, updated for the runs just ingested after an ingest, and
 recomputed live (same SQL) wherever the freshest answer matters, such as a report. An update or
@@ -35,7 +35,8 @@ def session(store: Warehouse, settings: Settings, runs: Collection[str] | None =
     Roll-up rows computed over `runs` are exact for runs whose job mates are all among them.
     """
     con = store.connect(settings.duckdb_config(), runs)
-    sql.set_variables(con, comm_pattern=settings.comm_regex(), max_dur_ns=MAX_PLAUSIBLE_DUR_NS, **settings.verdict)
+    sql.set_variables(con, comm_pattern=settings.comm_regex(), max_dur_ns=MAX_PLAUSIBLE_DUR_NS, **settings.verdict,
+                      **settings.regressions)
     sql.run_macros(con)
     return con
 
@@ -80,3 +81,12 @@ def update(store: Warehouse, settings: Settings, runs: Collection[str]) -> dict[
             return {name: store.replace_rollup(name, con, mates) for name in ROLLUP_TABLES}
         finally:
             con.close()
+
+
+def lineage() -> dict[str, list[str]]:
+    """For each roll-up, the roll-ups its SQL reads: the roll-up assets' dependencies."""
+    con = sql.session()
+    try:
+        return {name: sorted(sql.relations(con, sql.table(name).select()) & (set(ROLLUP_TABLES) - {name})) for name in ROLLUP_TABLES}
+    finally:
+        con.close()

@@ -21,6 +21,14 @@ The patterns add to the built-in ones; they never replace them. Also:
     utilization_max = 0.5        # achieved utilisation below this (and the above not met): transport-bound
     compute_inflation_max = 0.15 # compute per step growing more than this with N: compute explains loss
 
+    [regressions]                # a run against its job's baseline (sql/regressions.sql, docs/compare.md)
+    baseline_runs = 5            # the last this many earlier runs of the job, unless one is tagged baseline
+    regression_p_max = 0.01      # one-sided Mann-Whitney p at most this ...
+    step_change_min = 0.10       # ... and step time at least this much longer (relative),
+    share_change_min = 0.05      # exposed or waiting share this much larger (absolute),
+    busbw_change_min = 0.10      # bus bandwidth of a collective kind this much lower (relative)
+    severity = "warn"            # of the Dagster check that fails on a regression: "warn" or "error"
+
     [resources]
     threads = 8                  # DuckDB threads for parsing and analysis (default: every core)
     memory_mb = 640              # DuckDB's memory per ingest; beyond it, joins and tables spill to disk
@@ -66,6 +74,17 @@ DEFAULT_VERDICT = {
 }
 
 
+# When a run regressed against its job's baseline (sql/regressions.sql).
+DEFAULT_REGRESSIONS = {
+    "baseline_runs": 5,
+    "regression_p_max": 0.01,
+    "step_change_min": 0.10,
+    "share_change_min": 0.05,
+    "busbw_change_min": 0.10,
+}
+SEVERITIES = ("warn", "error")
+
+
 @dataclass(frozen=True)
 class Settings:
     comm_patterns: tuple[str, ...] = BUILTIN_COMM_PATTERNS
@@ -78,6 +97,8 @@ class Settings:
     verdict: dict = field(default_factory=lambda: dict(DEFAULT_VERDICT))
     # (process group description or name, dimension) pairs from [dimensions].
     dimensions: tuple[tuple[str, str], ...] = ()
+    regressions: dict = field(default_factory=lambda: dict(DEFAULT_REGRESSIONS))
+    regression_severity: str = "warn"
 
     def duckdb_config(self) -> dict:
         """The DuckDB configuration of an ingest's sessions: its threads and memory, where to spill."""
@@ -120,6 +141,17 @@ def load(warehouse_root: Path) -> Settings:
         if key not in DEFAULT_VERDICT or not isinstance(value, (int, float)):
             raise ValueError(f"{path}: [verdict] {key} is not one of {sorted(DEFAULT_VERDICT)} with a number")
         verdict[key] = float(value)
+    regressions = dict(DEFAULT_REGRESSIONS)
+    severity = "warn"
+    for key, value in config.get("regressions", {}).items():
+        if key == "severity":
+            if value not in SEVERITIES:
+                raise ValueError(f"{path}: [regressions] severity must be one of {', '.join(SEVERITIES)}")
+            severity = value
+        elif key in DEFAULT_REGRESSIONS and isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            regressions[key] = type(DEFAULT_REGRESSIONS[key])(value)
+        else:
+            raise ValueError(f"{path}: [regressions] {key} is not severity or one of {sorted(DEFAULT_REGRESSIONS)} with a number")
     resources = config.get("resources", {})
     for key, value in resources.items():
         if key not in ("threads", "memory_mb") or not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -135,4 +167,6 @@ def load(warehouse_root: Path) -> Settings:
         reduce_cost=reduce_cost,
         verdict=verdict,
         dimensions=tuple(dimensions.items()),
+        regressions=regressions,
+        regression_severity=severity,
     )

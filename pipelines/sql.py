@@ -22,6 +22,7 @@ Header format:
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from dataclasses import dataclass
@@ -184,6 +185,23 @@ def materialize_from(con: duckdb.DuckDBPyConnection, name: str, relation: str) -
 def write_parquet(con: duckdb.DuckDBPyConnection, source: str, path: Path) -> int:
     """Write a table (or a parenthesised query) of this connection to a Parquet file; return its rows."""
     return con.execute(f"COPY {source} TO $path (FORMAT parquet, COMPRESSION zstd)", {"path": str(path)}).fetchall()[0][0]
+
+
+def relations(con: duckdb.DuckDBPyConnection, query: str) -> set[str]:
+    """Every table or common table expression a query names, from its parse tree."""
+    tree = json.loads(con.execute("SELECT json_serialize_sql($query)", {"query": query}).fetchall()[0][0])
+    if tree.get("error"):
+        raise ValueError(f"cannot parse: {tree.get('error_message')}")
+    names, pending = set(), [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "BASE_TABLE":
+                names.add(node["table_name"])
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return names
 
 
 @cache

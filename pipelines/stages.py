@@ -104,13 +104,14 @@ def _judge_analysis(con) -> tuple[list[checks.Verdict], float | None]:
     return verdicts, exposed
 
 
-def verdict(store: Warehouse, settings: Settings, run_id: str) -> dict:
-    """The run's verdict row (sql/verdict.sql), recomputed over it and its job mates."""
+def judgement(store: Warehouse, settings: Settings, run_id: str) -> tuple[dict, list[dict]]:
+    """The run's verdict row (sql/verdict.sql) and its regressions against its job's baseline
+    (sql/regressions.sql), recomputed over it and its job mates."""
     con = rollups.session(store, settings, rollups.job_mates(store, settings, [run_id]))
     try:
         rollups.recompute(con)
         sql.set_variables(con, run_id=run_id)
-        return sql.report_rows(con, "verdict")[0]
+        return sql.report_rows(con, "verdict")[0], sql.report_rows(con, "regressions")
     finally:
         con.close()
 

@@ -73,7 +73,7 @@ ANALYSIS_TABLES = (
 )
 TABLES = PARSE_TABLES + ANALYSIS_TABLES
 # Tables over all runs, rebuilt whole by scheduled roll-ups.
-ROLLUP_TABLES = ("run_summary", "scaling", "verdict")
+ROLLUP_TABLES = ("run_summary", "scaling", "verdict", "regressions")
 
 SCHEMA_DIR = "_schema"
 # Old versions stay readable this long after being replaced, for queries that already listed them.

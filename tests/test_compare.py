@@ -8,6 +8,7 @@ import statistics
 import pytest
 
 from conftest import TRACES, ingest_directly, wirespeed
+from pipelines import rollups
 from pipelines.compare import compare
 from pipelines.settings import Settings
 from pipelines.warehouse import Warehouse
@@ -66,26 +67,27 @@ def test_a_run_and_its_twin_on_a_slower_link_differ_in_exposed_communication(clu
     assert f"largest change: {result['largest_change']}" in table
 
 
-STRAGGLER_MS = 150
+STRAGGLER_MS = 300
 
 
 @pytest.fixture(scope="module")
 def straggler_runs(tmp_path_factory, store):
-    """DDP on three emulated hosts at 1000 Mbit/s: as it is, then with its last rank computing
-    150 ms longer in each step (a slower host)."""
+    """DDP on three emulated hosts at 1000 Mbit/s: twice as it is, then with its last rank
+    computing 300 ms longer in each step (a slower host)."""
     from conftest import require_cluster
     from pipelines.cluster import run_job
 
     require_cluster()
     landing = tmp_path_factory.mktemp("straggler-landing")
-    runs = [run_job("ddp", 1000, landing, hosts=3), run_job("ddp", 1000, landing, hosts=3, job_args=("--straggler-ms", str(STRAGGLER_MS)))]
+    runs = [run_job("ddp", 1000, landing, hosts=3) for _ in range(2)]
+    runs.append(run_job("ddp", 1000, landing, hosts=3, job_args=("--straggler-ms", str(STRAGGLER_MS))))
     return [ingest_directly(store, run.run_dir) for run in runs]
 
 
 def test_a_straggler_twin_differs_in_waiting_for_other_ranks(straggler_runs, store):
     """Two ranks of three wait for the one that computes longer: the wait is the part that grew,
     and the parts add up."""
-    base, straggler = straggler_runs
+    base, _, straggler = straggler_runs
     result = compare(store, Settings(), base, straggler)
     assert_parts_add_up(result)
     parts = {part["part"]: part["delta_ms"] for part in result["parts"]}
@@ -95,3 +97,44 @@ def test_a_straggler_twin_differs_in_waiting_for_other_ranks(straggler_runs, sto
     assert STRAGGLER_MS / 3 < parts["waiting for other ranks"] < 2 / 3 * STRAGGLER_MS * 1.1
     # The straggler itself waited no longer: its exposed communication grew least.
     assert min(result["ranks"], key=lambda rank: rank["delta_exposed_ms"])["rank"] == 2
+
+
+# --- regressions against a job's baseline ---------------------------------------------------------
+
+
+def regressed(store: Warehouse, run_id: str) -> dict[str, bool]:
+    """Each measure of `run_id` compared with its baseline (bus bandwidth per kind), and whether it regressed."""
+    rollups.publish(store, Settings())
+    con = store.connect()
+    try:
+        rows = con.execute("SELECT metric, kind, regressed, summary FROM regressions WHERE run_id = $run", {"run": run_id}).fetchall()
+    finally:
+        con.close()
+    for metric, kind, fired, summary in rows:
+        print(f"{run_id}: {'REGRESSED' if fired else 'ok'}: {summary}")
+    return {f"{metric} {kind}".strip(): fired for metric, kind, fired, _ in rows}
+
+
+def test_the_regression_check_fires_on_a_straggler_and_not_on_a_repeat(straggler_runs, store):
+    base, repeat, straggler = straggler_runs
+    assert not any(regressed(store, base).values())  # the first run of its size has no baseline
+    assert regressed(store, repeat) and not any(regressed(store, repeat).values())
+    found = regressed(store, straggler)
+    assert found["step time"] and found["waiting share"], found
+
+
+def test_the_regression_check_fires_on_a_slower_link_and_not_on_a_repeat(cluster_runs, tmp_path):
+    """DDP at 1000 Mbit/s, then again at 1000 (quiet), or then at 200 (step time, exposed share and
+    the all-reduces' bus bandwidth regressed). Each comparison in a warehouse of its own."""
+    cost = cluster_runs("ddp")
+    fast, later_fast, later_slow = cost.pairs[0].fast, cost.pairs[1].fast, cost.pairs[1].slow
+    for name, later, fires in (("repeat", later_fast, False), ("slower", later_slow, True)):
+        store = Warehouse(tmp_path / name)
+        store.ensure()
+        ingest_directly(store, fast.run_dir)
+        found = regressed(store, ingest_directly(store, later.run_dir))
+        if fires:
+            assert found["step time"] and found["exposed share"], found
+            assert any(fired for measure, fired in found.items() if measure.startswith("bus bandwidth allreduce")), found
+        else:
+            assert found and not any(found.values()), found

@@ -87,6 +87,7 @@ def test_sensor_partition_materialisation(definitions, gloo_run, tmp_path):
     assert checks == {
         "ranks_match_world_size": True, "no_negative_durations": True, "no_skipped_data": True,
         "steps_found": True, "communication_found": True, "breakdown_adds_up": True, "exposure_attributed": True,
+        "no_regression": True,  # the job's first run: no baseline to be worse than
     }
     materialized = {event.asset_key.to_user_string() for event in outcome.get_asset_materialization_events()}
     assert {"trace_events", "step_breakdown", "run_report"} <= materialized

@@ -51,6 +51,7 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
     doubts = paragraph(f"Checks failed: {', '.join(failed)} (see Checks below).") if failed else ""
     page.add("Is the network the bottleneck?", _verdict(sql.report_rows(con, "verdict")) + doubts)
     page.add("Is communication exposed?", _summary(run, verdicts))
+    page.add("Has it regressed?", _regressions(run, sql.report_rows(con, "regressions")))
 
     states = sql.report_rows(con, "step_states")
     if states:
@@ -94,6 +95,26 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
     page.add("What ingestion skipped or doubted", table(sql.report_rows(con, "issues"), empty="Nothing: every file was read whole."))
     page.add("How to read this", _reading_notes())
     return page.render()
+
+
+def _regressions(run: dict, rows: list[dict]) -> str:
+    """The run against its job's baseline (sql/regressions.sql): what regressed, then every measure."""
+    if not rows:
+        if not run["job"]:
+            return paragraph("The run has no job tag, so it has no baseline to be compared with (wirespeed collect --job NAME).")
+        return paragraph(f"No baseline: no earlier run of job {run['job']} with {run['world_size']} ranks is in the warehouse.")
+    regressed = [row["summary"] for row in rows if row["regressed"]]
+    lead = (
+        "Regressed against the job's baseline: " + "; ".join(regressed) + "."
+        if regressed else f"No regression against the {rows[0]['baseline_runs']} baseline run(s) of the job."
+    )
+    shown = [{k: v for k, v in row.items() if k != "summary"} for row in rows]
+    formats = {"median": ".4g", "baseline_median": ".4g", "change": "+.3f", "p_value": ".3g"}
+    note = (
+        "Each measure is compared as a distribution (steps, or collectives of a kind) with a one-sided Mann-Whitney "
+        "test; it regressed when the test says worse and the change is large enough to matter (docs/compare.md)."
+    )
+    return f"<p class='headline'>{text(lead)}</p>" + table(shown, formats) + paragraph(note)
 
 
 def _subtitle(run: dict) -> str:
@@ -358,7 +379,7 @@ def _reading_notes() -> str:
         "Bandwidths are in Gbit/s like line rates (nccl-tests prints GB/s: divide by 8). A collective's transfer is "
         "its shortest duration across ranks; the rest of each rank's duration was waiting for the last rank to arrive.",
         "Tables behind this page: runs, step_breakdown, step_comm_groups, step_timeline, steps, rank_breakdown, collectives, "
-        "collective_bw, collective_sync, step_sync, net_utilization, network_summary, whatif, verdict, nccl_comms, "
+        "collective_bw, collective_sync, step_sync, net_utilization, network_summary, whatif, verdict, regressions, nccl_comms, "
         "nccl_connections, nccl_calls, nccl_messages, nccl_tests_results, nccl_crosscheck, parse_issues. "
         "Query them with `wirespeed sql`.",
     ]

@@ -7,24 +7,46 @@ from pipelines.defs.partitions import runs_partitions
 from pipelines.defs.resources import WarehouseResource
 from pipelines.warehouse import ANALYSIS_TABLES
 
+SEVERITY = {"warn": dg.AssetCheckSeverity.WARN, "error": dg.AssetCheckSeverity.ERROR}
+
 
 @dg.asset(
     partitions_def=runs_partitions,
     group_name="reports",
     kinds={"html"},
     deps=list(ANALYSIS_TABLES),
+    check_specs=[dg.AssetCheckSpec(
+        "no_regression", asset="run_report",
+        description="The run is no worse than its job's baseline in step time, exposed or waiting share, or the bus "
+                    "bandwidth of any collective kind (sql/regressions.sql); severity from wirespeed.toml [regressions].",
+    )],
 )
-def run_report(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def run_report(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
     """A standalone HTML report of the run (charts inlined, works offline), with its verdict, so
-    that the asset catalog answers the question without opening the file."""
+    that the asset catalog answers the question without opening the file; and whether the run
+    regressed against its job's baseline."""
     store, settings = warehouse.open(), warehouse.settings()
     path = stages.report(store, settings, context.partition_key)
-    verdict = stages.verdict(store, settings, context.partition_key)
+    verdict, compared = stages.judgement(store, settings, context.partition_key)
     figures = {name: float(verdict[name]) for name in ("exposed_comm_share", "utilization", "full_rate_sf", "estimated_sf")
                if verdict[name] is not None}
-    return dg.MaterializeResult(metadata={
+    yield dg.MaterializeResult(metadata={
         "verdict": dg.MetadataValue.md(f"**{verdict['bottleneck']}**. {verdict['explanation']}"),
         **figures,
         "path": dg.MetadataValue.path(str(path)),
         "url": dg.MetadataValue.url(path.as_uri()),
     })
+    regressed = [row["summary"] for row in compared if row["regressed"]]
+    if not compared:
+        description = "no baseline: no earlier run of the same job and world size"
+    elif regressed:
+        description = "regressed: " + "; ".join(regressed)
+    else:
+        description = f"no regression against {compared[0]['baseline_runs']} baseline run(s)"
+    yield dg.AssetCheckResult(
+        check_name="no_regression",
+        passed=not regressed,
+        severity=SEVERITY[settings.regression_severity],
+        description=description,
+        metadata={"regressed": len(regressed), "measures compared": len(compared)},
+    )

@@ -6,7 +6,8 @@ from pipelines import rollups, sql
 from pipelines.defs.resources import WarehouseResource
 from pipelines.warehouse import ROLLUP_TABLES
 
-_DEPS = {"run_summary": [], "scaling": [], "verdict": ["scaling"]}
+# Which roll-ups each roll-up reads, from its SQL.
+_DEPS = rollups.lineage()
 
 
 @dg.multi_asset(
@@ -17,7 +18,7 @@ _DEPS = {"run_summary": [], "scaling": [], "verdict": ["scaling"]}
     can_subset=False,
 )
 def cross_run_tables(warehouse: WarehouseResource):
-    """The run summary, scaling across runs of each job, and every run's verdict."""
+    """The run summary, scaling across runs of each job, every run's verdict and its regressions."""
     counts = rollups.publish(warehouse.open(), warehouse.settings())
     for name in ROLLUP_TABLES:
         yield dg.MaterializeResult(asset_key=name, metadata={"dagster/row_count": counts[name]})
