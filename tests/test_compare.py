@@ -138,3 +138,18 @@ def test_the_regression_check_fires_on_a_slower_link_and_not_on_a_repeat(cluster
             assert any(fired for measure, fired in found.items() if measure.startswith("bus bandwidth allreduce")), found
         else:
             assert found and not any(found.values()), found
+
+
+def test_regression_thresholds_and_severity_come_from_the_warehouse_settings(tmp_path):
+    from pipelines import settings
+
+    (tmp_path / "wirespeed.toml").write_text('[regressions]\nstep_change_min = 0.2\nbaseline_runs = 3\nseverity = "error"\n')
+    loaded = settings.load(tmp_path)
+    assert loaded.regressions["step_change_min"] == 0.2 and loaded.regressions["baseline_runs"] == 3
+    assert loaded.regression_severity == "error"
+    (tmp_path / "wirespeed.toml").write_text('[regressions]\nseverity = "page me"\n')
+    with pytest.raises(ValueError, match="severity"):
+        settings.load(tmp_path)
+    (tmp_path / "wirespeed.toml").write_text("[regressions]\nstep_change = 0.2\n")
+    with pytest.raises(ValueError, match="step_change"):
+        settings.load(tmp_path)
