@@ -28,6 +28,7 @@ The patterns add to the built-in ones; they never replace them. Also:
     share_change_min = 0.05      # exposed or waiting share this much larger (absolute),
     busbw_change_min = 0.10      # bus bandwidth of a collective kind this much lower (relative)
     severity = "warn"            # of the Dagster check that fails on a regression: "warn" or "error"
+    alert_command = ["notify", "--channel", "training"]  # run with each regression as JSON on stdin
 
     [resources]
     threads = 8                  # DuckDB threads for parsing and analysis (default: every core)
@@ -99,6 +100,8 @@ class Settings:
     dimensions: tuple[tuple[str, str], ...] = ()
     regressions: dict = field(default_factory=lambda: dict(DEFAULT_REGRESSIONS))
     regression_severity: str = "warn"
+    # Run by the regression_alert_sensor for each run that regressed, the finding on its stdin.
+    regression_alert_command: tuple[str, ...] = ()
 
     def duckdb_config(self) -> dict:
         """The DuckDB configuration of an ingest's sessions: its threads and memory, where to spill."""
@@ -142,16 +145,22 @@ def load(warehouse_root: Path) -> Settings:
             raise ValueError(f"{path}: [verdict] {key} is not one of {sorted(DEFAULT_VERDICT)} with a number")
         verdict[key] = float(value)
     regressions = dict(DEFAULT_REGRESSIONS)
-    severity = "warn"
+    severity, alert = "warn", ()
     for key, value in config.get("regressions", {}).items():
-        if key == "severity":
+        if key == "alert_command":
+            if not isinstance(value, list) or not value or not all(isinstance(part, str) for part in value):
+                raise ValueError(f"{path}: [regressions] alert_command must be a command as a list of strings")
+            alert = tuple(value)
+        elif key == "severity":
             if value not in SEVERITIES:
                 raise ValueError(f"{path}: [regressions] severity must be one of {', '.join(SEVERITIES)}")
             severity = value
         elif key in DEFAULT_REGRESSIONS and isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
             regressions[key] = type(DEFAULT_REGRESSIONS[key])(value)
         else:
-            raise ValueError(f"{path}: [regressions] {key} is not severity or one of {sorted(DEFAULT_REGRESSIONS)} with a number")
+            raise ValueError(
+                f"{path}: [regressions] {key} is not severity, alert_command or one of {sorted(DEFAULT_REGRESSIONS)} with a number"
+            )
     resources = config.get("resources", {})
     for key, value in resources.items():
         if key not in ("threads", "memory_mb") or not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -169,4 +178,5 @@ def load(warehouse_root: Path) -> Settings:
         dimensions=tuple(dimensions.items()),
         regressions=regressions,
         regression_severity=severity,
+        regression_alert_command=alert,
     )

@@ -28,6 +28,7 @@ def test_code_location_loads(definitions):
     assert {"trace_events", "steps", "collectives", "step_breakdown", "rank_breakdown", "run_report", "run_summary"} <= keys
     assert definitions.resolve_job_def("ingest_job") and definitions.resolve_job_def("reanalyze_job")
     assert definitions.resolve_sensor_def("landing_sensor") and definitions.resolve_schedule_def("hourly_rollups")
+    assert definitions.resolve_sensor_def("regression_alert_sensor")
     # A run's steps follow one another: one process per Dagster run, not one per step.
     assert {definitions.resolve_job_def(j).executor_def.name for j in ("ingest_job", "reanalyze_job")} == {"in_process"}
 
@@ -230,3 +231,46 @@ def test_a_real_daemon_ingests_run_folders_that_land():
     )
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
     assert "(2 Dagster runs, 0 not successful)" in result.stdout
+
+
+def test_a_failed_regression_check_is_handed_to_the_alert_command(definitions, tmp_path):
+    """Two runs of one job through the ingest job, in a warehouse whose thresholds let any run
+    regress (p up to 1, no least change), so the second run's no_regression check fails; the
+    alert sensor runs the team's command once, with the run and what regressed on its stdin."""
+    import sys
+
+    from conftest import TRACES
+    from pipelines.defs.reports.sensors import regression_alert_sensor
+
+    landing, root, alerts = tmp_path / "landing", tmp_path / "warehouse", tmp_path / "alerts.jsonl"
+    for index, name in enumerate(["first", "second"]):
+        shutil.copytree(TRACES / "hta_sampled_2rank", landing / name / "traces")
+        manifest = {"run_id": name, "job": "nightly", "world_size": 2, "started_ns": index + 1}
+        (landing / name / "manifest.json").write_text(json.dumps(manifest))
+        (landing / name / "_DONE").touch()
+    root.mkdir()
+    writer = f"import sys; open({str(alerts)!r}, 'a').write(sys.stdin.read() + chr(10))"
+    (root / "wirespeed.toml").write_text(
+        "[regressions]\nregression_p_max = 1.0\nstep_change_min = 0\nshare_change_min = 0\nbusbw_change_min = 0\n"
+        f"alert_command = {json.dumps([sys.executable, '-c', writer])}\n"
+    )
+    resource = WarehouseResource(root=str(root), landing=str(landing))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("runs", ["first", "second"])
+    job = definitions.get_repository_def().get_job("ingest_job")
+    checks = {}
+    for name in ("first", "second"):
+        outcome = job.execute_in_process(partition_key=name, instance=instance, resources={"warehouse": resource},
+                                         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
+        checks[name] = {e.check_name: e for e in outcome.get_asset_check_evaluations()}["no_regression"]
+    assert checks["first"].passed and not checks["second"].passed
+    assert "step time" in checks["second"].description
+
+    context = dg.build_sensor_context(instance=instance, resources={"warehouse": resource})
+    tick = regression_alert_sensor(context)
+    (finding,) = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert finding["run_id"] == "second" and {row["metric"] for row in finding["regressions"]} >= {"step time"}
+    assert isinstance(tick, dg.SkipReason) and "second" in tick.skip_message
+    # The next tick, from the cursor the first one left, has nothing new to hand on.
+    assert regression_alert_sensor(context).skip_message == "no new regression"
+    assert len(alerts.read_text().splitlines()) == 1
