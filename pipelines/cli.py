@@ -5,6 +5,7 @@
     wirespeed ingest PATH... [--warehouse DIR]                    ingest runs (Dagster, in-process)
     wirespeed sql "QUERY" [--format table|csv|json]               query the warehouse
     wirespeed report RUN_ID [-o FILE]                             write a run's HTML report
+    wirespeed report --fleet [-o FILE]                            write the report of every job's runs
     wirespeed compare RUN_A RUN_B [--format table|json]           what changed from one run to another
     wirespeed demo [--cluster | --single-host]                    capture, ingest and judge a demo run
 
@@ -92,8 +93,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     store = Warehouse(_warehouse_dir(args.warehouse))
     store.ensure()
-    target = report_run(store, settings.load(store.root), args.run_id, Path(args.output) if args.output else None)
-    print(target)
+    output = Path(args.output) if args.output else None
+    if args.fleet == bool(args.run_id):
+        raise SystemExit("wirespeed report: give a RUN_ID or --fleet")
+    if args.fleet:
+        from pipelines.report.fleet import report_fleet
+
+        print(report_fleet(store, settings.load(store.root), output))
+    else:
+        print(report_run(store, settings.load(store.root), args.run_id, output))
     return 0
 
 
@@ -161,7 +169,8 @@ def parser() -> argparse.ArgumentParser:
     query.set_defaults(run=cmd_sql)
 
     report = commands.add_parser("report", help="write a run's standalone HTML report")
-    report.add_argument("run_id", metavar="RUN_ID")
+    report.add_argument("run_id", metavar="RUN_ID", nargs="?")
+    report.add_argument("--fleet", action="store_true", help="every job's runs over time, their regressions and scaling")
     report.add_argument("-o", "--output", help="file to write (default: the warehouse's reports folder)")
     report.add_argument("--warehouse", help=warehouse_help)
     report.set_defaults(run=cmd_report)

@@ -318,3 +318,53 @@ def test_the_throughput_chart_shows_the_interface_that_carried_the_traffic(tmp_p
     (throughput,) = [spec for spec in chart_specs(page) if "throughput_over_time" in spec["datasets"]]
     series = {row["series"] for row in throughput["datasets"]["throughput_over_time"]}
     assert "counters: ens5" in series and "counters: eth0" not in series
+
+
+def test_the_fleet_report_in_a_browser_draws_each_job_with_no_errors(tmp_path):
+    """Two runs of one job and one of another: the fleet report (the Dagster asset's own code)
+    lists both jobs, draws their trends, and loads in Chromium with no console error."""
+    from playwright.sync_api import sync_playwright
+
+    from pipelines import rollups
+    from pipelines.defs.resources import WarehouseResource
+    from pipelines.defs.rollups.assets import fleet_report
+
+    landing = tmp_path / "landing"
+    for index, (name, job) in enumerate([("a1", "alpha"), ("a2", "alpha"), ("b1", "beta")]):
+        shutil.copytree(TRACES / "hta_sampled_2rank", landing / name / "traces")
+        started_ns = 1_700_000_000_000_000_000 + index * 3_600_000_000_000  # an hour apart
+        (landing / name / "manifest.json").write_text(json.dumps({"run_id": name, "job": job, "world_size": 2, "started_ns": started_ns}))
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    for name in ("a1", "a2", "b1"):
+        ingest_directly(store, landing / name, name)
+    rollups.publish(store, Settings())
+    result = dg_materialize(fleet_report, WarehouseResource(root=str(store.root), landing=str(landing)))
+    page = Path(result["path"])
+    html = page.read_text()
+    assert "<td>alpha</td><td>2</td>" in html and "<td>beta</td><td>1</td>" in html
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"])
+        try:
+            view = browser.new_page(viewport={"width": 1400, "height": 900})
+            view.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            view.on("pageerror", lambda error: errors.append(str(error)))
+            view.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+            view.goto(page.as_uri())
+            view.wait_for_function("document.querySelectorAll('.chart svg.marks').length === 1", timeout=30_000)
+            assert view.eval_on_selector_all(f".chart {MARKS.split(',')[0]}", "marks => marks.length") > 0
+            ARTEFACTS.mkdir(parents=True, exist_ok=True)
+            view.screenshot(path=ARTEFACTS / "fleet-1400px.png", full_page=True)
+        finally:
+            browser.close()
+    assert errors == []
+
+
+def dg_materialize(asset, resource) -> dict:
+    """Materialise one unpartitioned asset in an ephemeral instance; its materialisation's metadata."""
+    import dagster as dg
+
+    outcome = dg.materialize([asset], resources={"warehouse": resource}, instance=dg.DagsterInstance.ephemeral())
+    (event,) = outcome.get_asset_materialization_events()
+    return {key: value.value for key, value in event.materialization.metadata.items()}

@@ -300,6 +300,49 @@ def nccl_tests_chart() -> alt.Chart:
     )
 
 
+def fleet_trend_chart() -> alt.FacetChart:
+    """Per job, its runs' median step, exposed share and bus bandwidth over time; runs that
+    regressed against the job's baseline are drawn as crosses."""
+    measures = {"step_ms": "median step (ms)", "exposed_share": "exposed share", "busbw_gbps": "bus bandwidth (Gbit/s)"}
+    base = alt.Chart().encode(
+        x=alt.X("started:T", title="run started", axis=alt.Axis(tickCount=8, labelOverlap=True)),
+        y=alt.Y("value:Q", title=None),
+        color=alt.Color("job:N", title="job"),
+    )
+    tooltip = ["job:N", "run_id:N", alt.Tooltip("started:T", format="%Y-%m-%d %H:%M"), "ranks:Q", "measure:N",
+               alt.Tooltip("value:Q", format=".4g"), "bottleneck:N", "regressed:N"]
+    lines = base.mark_line().encode(detail="ranks:O", tooltip=tooltip)
+    points = base.mark_point(filled=True, size=70).encode(
+        shape=alt.Shape("has_regressed:N", title="regressed", scale=alt.Scale(domain=[False, True], range=["circle", "cross"])),
+        tooltip=tooltip,
+    )
+    return (
+        alt.layer(lines, points)
+        .properties(width=720, height=140)
+        .facet(row=alt.Row("measure:N", title=None, sort=list(measures.values())), data=_data("fleet_runs"))
+        .transform_fold(list(measures), as_=["measure", "value"])
+        .transform_filter("isValid(datum.value)")
+        .transform_calculate(measure=f"{json.dumps(measures)}[datum.measure]")
+        .resolve_scale(y="independent")
+        .properties(title="Each job's runs over time (crosses: regressed against the job's baseline)")
+    )
+
+
+def fleet_scaling_chart() -> alt.Chart:
+    """Measured scaling factor against ranks, one line per job."""
+    return (
+        alt.Chart(_data("fleet_scaling"))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("ranks:Q", title="ranks", scale=alt.Scale(type="log", base=2)),
+            y=alt.Y("sf:Q", title="measured scaling factor", scale=alt.Scale(domain=[0, 1.05])),
+            color=alt.Color("job:N", title="job"),
+            tooltip=["job:N", "run_id:N", "ranks:Q", alt.Tooltip("sf:Q", format=".3f")],
+        )
+        .properties(width=520, height=240, title="Scaling across rank counts, per job")
+    )
+
+
 # Every chart a report can draw, by the name the report asks for it by.
 CHARTS = {
     "step_breakdown": step_breakdown_chart,
@@ -314,6 +357,8 @@ CHARTS = {
     "nccl_links": nccl_links_chart,
     "nccl_call_mix": nccl_call_mix_chart,
     "nccl_tests": nccl_tests_chart,
+    "fleet_trend": fleet_trend_chart,
+    "fleet_scaling": fleet_scaling_chart,
 }
 
 

@@ -1,4 +1,4 @@
-"""Roll-ups over all runs, rebuilt on a schedule."""
+"""Roll-ups over all runs and the fleet report drawn from them, rebuilt on a schedule."""
 
 import dagster as dg
 
@@ -22,3 +22,12 @@ def cross_run_tables(warehouse: WarehouseResource):
     counts = rollups.publish(warehouse.open(), warehouse.settings())
     for name in ROLLUP_TABLES:
         yield dg.MaterializeResult(asset_key=name, metadata={"dagster/row_count": counts[name]})
+
+
+@dg.asset(group_name="rollups", kinds={"html"}, deps=list(ROLLUP_TABLES))
+def fleet_report(warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """Every job's runs over time, with their regressions and scaling: one standalone HTML file."""
+    from pipelines.report.fleet import report_fleet
+
+    path = report_fleet(warehouse.open(), warehouse.settings())
+    return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(path)), "url": dg.MetadataValue.url(path.as_uri())})
