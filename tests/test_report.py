@@ -352,8 +352,9 @@ def test_the_fleet_report_in_a_browser_draws_each_job_with_no_errors(tmp_path):
             view.on("pageerror", lambda error: errors.append(str(error)))
             view.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
             view.goto(page.as_uri())
-            view.wait_for_function("document.querySelectorAll('.chart svg.marks').length === 1", timeout=30_000)
-            assert view.eval_on_selector_all(f".chart {MARKS.split(',')[0]}", "marks => marks.length") > 0
+            view.wait_for_function("document.querySelectorAll('.chart svg.marks').length === 2", timeout=30_000)
+            drawn = view.eval_on_selector_all(".chart", f"charts => charts.map(c => c.querySelectorAll({MARKS!r}).length)")
+            assert len(drawn) == 2 and all(count > 0 for count in drawn), drawn
             ARTEFACTS.mkdir(parents=True, exist_ok=True)
             view.screenshot(path=ARTEFACTS / "fleet-1400px.png", full_page=True)
         finally:

@@ -328,6 +328,22 @@ def fleet_trend_chart() -> alt.FacetChart:
     )
 
 
+def fleet_verdicts_chart() -> alt.Chart:
+    """Per job, each run's verdict over time: a square per run, coloured by its class."""
+    return (
+        alt.Chart(_data("fleet_runs"))
+        .mark_square(size=120)
+        .encode(
+            x=alt.X("started:T", title="run started", axis=alt.Axis(tickCount=8, labelOverlap=True)),
+            y=alt.Y("job:N", title="job"),
+            color=alt.Color("bottleneck:N", title="verdict", legend=alt.Legend(labelLimit=320)),
+            shape=alt.Shape("has_regressed:N", title="regressed", scale=alt.Scale(domain=[False, True], range=["square", "cross"])),
+            tooltip=["job:N", "run_id:N", alt.Tooltip("started:T", format="%Y-%m-%d %H:%M"), "bottleneck:N", "regressed:N"],
+        )
+        .properties(width=720, height=alt.Step(28), title="Each job's verdict, run by run (crosses: regressed)")
+    )
+
+
 def fleet_scaling_chart() -> alt.Chart:
     """Measured scaling factor against ranks, one line per job."""
     return (
@@ -358,6 +374,7 @@ CHARTS = {
     "nccl_call_mix": nccl_call_mix_chart,
     "nccl_tests": nccl_tests_chart,
     "fleet_trend": fleet_trend_chart,
+    "fleet_verdicts": fleet_verdicts_chart,
     "fleet_scaling": fleet_scaling_chart,
 }
 

@@ -31,7 +31,8 @@ def render_fleet(con: duckdb.DuckDBPyConnection) -> str:
     runs = sql.query_rows(con, "fleet/runs")
     if runs:
         note = f"The latest {MAX_FLEET_RUNS} runs of each job are drawn." if any(j["runs"] > MAX_FLEET_RUNS for j in jobs) else ""
-        page.add("Each job over time", page.chart("fleet_trend", {"fleet_runs": runs}) + (paragraph(note) if note else ""))
+        charts = page.chart("fleet_verdicts", {"fleet_runs": runs}) + page.chart("fleet_trend", {"fleet_runs": runs})
+        page.add("Each job over time", charts + (paragraph(note) if note else ""))
         regressed = [{k: row[k] for k in ("job", "run_id", "ranks", "regressed")} for row in runs if row["has_regressed"]]
         page.add("Regressions", table(regressed, empty="No run regressed against its job's baseline (docs/compare.md)."))
     scaling = sql.query_rows(con, "fleet/scaling")
