@@ -17,9 +17,9 @@ much faster the step gets on a faster link.
     python -m collectors.jobs --job tp --nnodes 2 --node-rank 0 --nproc-per-node 1 \\
         --master-addr 198.18.0.1 --master-port 29500 --steps 8
 
-`--straggler-ms MS` makes the last rank a straggler: it computes MS longer in each step (matrix
-products before the step's own work), as a slower host or a larger shard would, and the others
-wait for it.
+`--straggler-ms MS` makes the last rank a straggler: it waits MS in each step before its own work,
+as a rank whose data loader is slow does, and the others wait for it. It sleeps rather than
+computes, so that on a machine with fewer cores than ranks it does not slow the others too.
 
 Run it once per host; global rank = node rank * nproc-per-node + local rank. Sockets use the
 interface in GLOO_SOCKET_IFNAME (from the environment). Each rank profiles itself with `Capture`
@@ -261,14 +261,6 @@ def ep_job(rank: int, world: int) -> Step:
 JOBS: dict[str, Callable[[int, int], Step]] = {"ddp": ddp_job, "fsdp": fsdp_job, "tp": tp_job, "pp": pp_job, "ep": ep_job}
 
 
-def extra_compute(seconds: float) -> None:
-    """Matrix products for `seconds`: work the profiler records as compute."""
-    matrix = torch.randn(256, 256)
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        matrix = torch.tanh(matrix @ matrix)
-
-
 def train(local_rank: int, args: argparse.Namespace) -> None:
     rank = args.node_rank * args.nproc_per_node + local_rank
     world = args.nnodes * args.nproc_per_node
@@ -285,7 +277,7 @@ def train(local_rank: int, args: argparse.Namespace) -> None:
         for _ in range(args.steps):
             started_ns = time.perf_counter_ns()
             if rank == world - 1 and args.straggler_ms:
-                extra_compute(args.straggler_ms / 1000)
+                time.sleep(args.straggler_ms / 1000)
             step()
             step_ns.append(time.perf_counter_ns() - started_ns)
             capture.step()
@@ -302,7 +294,7 @@ def main() -> None:
     parser.add_argument("--master-addr", default="127.0.0.1")
     parser.add_argument("--master-port", type=int, default=29500)
     parser.add_argument("--steps", type=int, default=8, help="steps to run; the first two are profiler wait and warm-up")
-    parser.add_argument("--straggler-ms", type=float, default=0, help="the last rank computes this much longer in each step")
+    parser.add_argument("--straggler-ms", type=float, default=0, help="the last rank waits this long in each step")
     args = parser.parse_args()
     if args.steps < 3:
         parser.error("--steps must be at least 3")
