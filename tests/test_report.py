@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,31 @@ ARTEFACTS = Path(os.environ.get("WIRESPEED_TEST_ARTEFACTS", REPO / "test-artefac
 MARKS = "g.role-mark > path, g.role-mark > line, g.role-mark > text, g.role-mark > rect"
 
 
+@contextmanager
+def offline_page(path: Path, errors: list[str]):
+    """`path` open in the system Chromium driven by Playwright (no browser download), every
+    request but the file itself refused; console errors and page errors go to `errors`."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+            page.goto(path.as_uri())
+            yield page
+        finally:
+            browser.close()
+
+
+def drawn_charts(page, charts: int) -> list[int]:
+    """Once all `charts` charts are drawn, how many marks each has."""
+    page.wait_for_function(f"document.querySelectorAll('.chart svg.marks').length === {charts}", timeout=30_000)
+    return page.eval_on_selector_all(".chart", f"charts => charts.map(c => c.querySelectorAll({MARKS!r}).length)")
+
+
 def timeline_bars(page) -> list[str]:
     """The geometry of every bar the timeline chart draws."""
     return page.locator(".chart:has(select) path[aria-roledescription='bar']").evaluate_all(
@@ -69,50 +95,38 @@ def test_the_report_in_a_browser_shows_every_chart_with_tooltips_and_no_errors(n
     file itself refused: no console error, marks in every chart, a tooltip on hover, a step
     selector that redraws the timeline, a wheel that zooms it, and screenshots at 1400 and
     800 px wide in test-artefacts/."""
-    from playwright.sync_api import sync_playwright
-
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
-            page.goto(nccl_report.as_uri())
-            page.wait_for_function("document.querySelectorAll('.chart svg.marks').length === 7", timeout=30_000)
-            drawn = page.eval_on_selector_all(".chart", f"charts => charts.map(c => c.querySelectorAll({MARKS!r}).length)")
-            assert len(drawn) == 7 and all(count > 0 for count in drawn), drawn
-            page.locator("#chart-0 g.mark-rect path").first.hover()
-            tooltip = page.wait_for_selector("#vg-tooltip-element.visible", timeout=10_000)
-            assert "ms" in tooltip.inner_text() and "state" in tooltip.inner_text()
-            page.mouse.move(0, 0)
+    with offline_page(nccl_report, errors) as page:
+        drawn = drawn_charts(page, 7)
+        assert len(drawn) == 7 and all(count > 0 for count in drawn), drawn
+        page.locator("#chart-0 g.mark-rect path").first.hover()
+        tooltip = page.wait_for_selector("#vg-tooltip-element.visible", timeout=10_000)
+        assert "ms" in tooltip.inner_text() and "state" in tooltip.inner_text()
+        page.mouse.move(0, 0)
 
-            # The timeline opens on the typical step; picking another draws that step's stretches.
-            select = page.locator(".chart select")
-            assert select.count() == 1 and select.input_value() == "5"
-            assert select.locator("option").all_inner_texts()[0].startswith("5 (typical)")
-            opened = timeline_bars(page)
-            select.select_option("4")
-            page.wait_for_function("document.querySelector('.chart:has(select) .role-title').textContent.startsWith('Step 4')")
-            assert timeline_bars(page) != opened and len(timeline_bars(page)) > 0
+        # The timeline opens on the typical step; picking another draws that step's stretches.
+        select = page.locator(".chart select")
+        assert select.count() == 1 and select.input_value() == "5"
+        assert select.locator("option").all_inner_texts()[0].startswith("5 (typical)")
+        opened = timeline_bars(page)
+        select.select_option("4")
+        page.wait_for_function("document.querySelector('.chart:has(select) .role-title').textContent.startsWith('Step 4')")
+        assert timeline_bars(page) != opened and len(timeline_bars(page)) > 0
 
-            # The wheel over the timeline zooms its time axis: fewer milliseconds span the chart.
-            axis = ".chart:has(select) .role-axis[aria-label^='X-axis'] .role-axis-label text"
-            labels = page.locator(axis).all_text_contents()
-            page.locator(".chart:has(select) svg").hover()
-            page.mouse.wheel(0, -400)
-            page.wait_for_function(
-                "([axis, before]) => [...document.querySelectorAll(axis)].map(t => t.textContent).join() !== before",
-                arg=[axis, ",".join(labels)], timeout=10_000,
-            )
-            page.mouse.move(0, 0)
-            page.screenshot(path=ARTEFACTS / "report-1400px.png", full_page=True)
-            page.set_viewport_size({"width": 800, "height": 900})
-            page.screenshot(path=ARTEFACTS / "report-800px.png", full_page=True)
-        finally:
-            browser.close()
+        # The wheel over the timeline zooms its time axis: fewer milliseconds span the chart.
+        axis = ".chart:has(select) .role-axis[aria-label^='X-axis'] .role-axis-label text"
+        labels = page.locator(axis).all_text_contents()
+        page.locator(".chart:has(select) svg").hover()
+        page.mouse.wheel(0, -400)
+        page.wait_for_function(
+            "([axis, before]) => [...document.querySelectorAll(axis)].map(t => t.textContent).join() !== before",
+            arg=[axis, ",".join(labels)], timeout=10_000,
+        )
+        page.mouse.move(0, 0)
+        page.screenshot(path=ARTEFACTS / "report-1400px.png", full_page=True)
+        page.set_viewport_size({"width": 800, "height": 900})
+        page.screenshot(path=ARTEFACTS / "report-800px.png", full_page=True)
     assert errors == []
     assert (ARTEFACTS / "report-1400px.png").stat().st_size > 10_000
 
@@ -323,8 +337,6 @@ def test_the_throughput_chart_shows_the_interface_that_carried_the_traffic(tmp_p
 def test_the_fleet_report_in_a_browser_draws_each_job_with_no_errors(tmp_path):
     """Two runs of one job and one of another: the fleet report (the Dagster asset's own code)
     lists both jobs, draws their trends, and loads in Chromium with no console error."""
-    from playwright.sync_api import sync_playwright
-
     from pipelines import rollups
     from pipelines.defs.resources import WarehouseResource
     from pipelines.defs.rollups.assets import fleet_report
@@ -344,21 +356,11 @@ def test_the_fleet_report_in_a_browser_draws_each_job_with_no_errors(tmp_path):
     html = page.read_text()
     assert "<td>alpha</td><td>2</td>" in html and "<td>beta</td><td>1</td>" in html
     errors: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"])
-        try:
-            view = browser.new_page(viewport={"width": 1400, "height": 900})
-            view.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-            view.on("pageerror", lambda error: errors.append(str(error)))
-            view.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
-            view.goto(page.as_uri())
-            view.wait_for_function("document.querySelectorAll('.chart svg.marks').length === 2", timeout=30_000)
-            drawn = view.eval_on_selector_all(".chart", f"charts => charts.map(c => c.querySelectorAll({MARKS!r}).length)")
-            assert len(drawn) == 2 and all(count > 0 for count in drawn), drawn
-            ARTEFACTS.mkdir(parents=True, exist_ok=True)
-            view.screenshot(path=ARTEFACTS / "fleet-1400px.png", full_page=True)
-        finally:
-            browser.close()
+    with offline_page(page, errors) as view:
+        drawn = drawn_charts(view, 2)
+        assert len(drawn) == 2 and all(count > 0 for count in drawn), drawn
+        ARTEFACTS.mkdir(parents=True, exist_ok=True)
+        view.screenshot(path=ARTEFACTS / "fleet-1400px.png", full_page=True)
     assert errors == []
 
 

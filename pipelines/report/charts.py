@@ -236,19 +236,25 @@ def whatif_heatmap() -> alt.LayerChart:
     )
 
 
-def job_scaling_chart() -> alt.Chart:
-    """Scaling factor against ranks for the runs of one job: measured, predicted, estimated."""
+def _scaling_lines(data: str, lines: alt.Color, y_title: str, title: str) -> alt.Chart:
+    """Scaling factor against ranks (log 2), a line per value of `lines`."""
     return (
-        alt.Chart(_data("job_scaling"))
+        alt.Chart(_data(data))
         .mark_line(point=True)
         .encode(
             x=alt.X("ranks:Q", title="ranks", scale=alt.Scale(type="log", base=2)),
-            y=alt.Y("sf:Q", title="scaling factor", scale=alt.Scale(domain=[0, 1.05])),
-            color=alt.Color("kind:N", title=None),
-            tooltip=["run_id:N", "ranks:Q", "kind:N", alt.Tooltip("sf:Q", format=".3f")],
+            y=alt.Y("sf:Q", title=y_title, scale=alt.Scale(domain=[0, 1.05])),
+            color=lines,
+            tooltip=[lines.shorthand, "run_id:N", "ranks:Q", alt.Tooltip("sf:Q", format=".3f")],
         )
-        .properties(width=520, height=240, title="Scaling factor of this job's runs: measured, predicted and estimated")
+        .properties(width=520, height=240, title=title)
     )
+
+
+def job_scaling_chart() -> alt.Chart:
+    """Scaling factor against ranks for the runs of one job: measured, predicted, estimated."""
+    return _scaling_lines("job_scaling", alt.Color("kind:N", title=None), "scaling factor",
+                          "Scaling factor of this job's runs: measured, predicted and estimated")
 
 
 def nccl_links_chart() -> alt.FacetChart:
@@ -300,6 +306,11 @@ def nccl_tests_chart() -> alt.Chart:
     )
 
 
+def _regressed_shape(usual: str) -> alt.Shape:
+    """A run that regressed against its job's baseline is a cross; the others keep `usual`."""
+    return alt.Shape("has_regressed:N", title="regressed", scale=alt.Scale(domain=[False, True], range=[usual, "cross"]))
+
+
 def fleet_trend_chart() -> alt.FacetChart:
     """Per job, its runs' median step, exposed share and bus bandwidth over time; runs that
     regressed against the job's baseline are drawn as crosses."""
@@ -313,7 +324,7 @@ def fleet_trend_chart() -> alt.FacetChart:
                alt.Tooltip("value:Q", format=".4g"), "bottleneck:N", "regressed:N"]
     lines = base.mark_line().encode(detail="ranks:O", tooltip=tooltip)
     points = base.mark_point(filled=True, size=70).encode(
-        shape=alt.Shape("has_regressed:N", title="regressed", scale=alt.Scale(domain=[False, True], range=["circle", "cross"])),
+        shape=_regressed_shape("circle"),
         tooltip=tooltip,
     )
     return (
@@ -337,7 +348,7 @@ def fleet_verdicts_chart() -> alt.Chart:
             x=alt.X("started:T", title="run started", axis=alt.Axis(tickCount=8, labelOverlap=True)),
             y=alt.Y("job:N", title="job"),
             color=alt.Color("bottleneck:N", title="verdict", legend=alt.Legend(labelLimit=320)),
-            shape=alt.Shape("has_regressed:N", title="regressed", scale=alt.Scale(domain=[False, True], range=["square", "cross"])),
+            shape=_regressed_shape("square"),
             tooltip=["job:N", "run_id:N", alt.Tooltip("started:T", format="%Y-%m-%d %H:%M"), "bottleneck:N", "regressed:N"],
         )
         .properties(width=720, height=alt.Step(28), title="Each job's verdict, run by run (crosses: regressed)")
@@ -346,17 +357,8 @@ def fleet_verdicts_chart() -> alt.Chart:
 
 def fleet_scaling_chart() -> alt.Chart:
     """Measured scaling factor against ranks, one line per job."""
-    return (
-        alt.Chart(_data("fleet_scaling"))
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("ranks:Q", title="ranks", scale=alt.Scale(type="log", base=2)),
-            y=alt.Y("sf:Q", title="measured scaling factor", scale=alt.Scale(domain=[0, 1.05])),
-            color=alt.Color("job:N", title="job"),
-            tooltip=["job:N", "run_id:N", "ranks:Q", alt.Tooltip("sf:Q", format=".3f")],
-        )
-        .properties(width=520, height=240, title="Scaling across rank counts, per job")
-    )
+    return _scaling_lines("fleet_scaling", alt.Color("job:N", title="job"), "measured scaling factor",
+                          "Scaling across rank counts, per job")
 
 
 # Every chart a report can draw, by the name the report asks for it by.
