@@ -26,7 +26,7 @@ The patterns add to the built-in ones; they never replace them. Also:
     regression_p_max = 0.01      # one-sided Mann-Whitney p at most this ...
     step_change_min = 0.10       # ... and step time at least this much longer (relative),
     share_change_min = 0.05      # exposed or waiting share this much larger (absolute),
-    busbw_change_min = 0.10      # bus bandwidth of a collective kind this much lower (relative)
+    busbw_change_min = 0.25      # bus bandwidth of a collective kind this much lower (relative)
     severity = "warn"            # of the Dagster check that fails on a regression: "warn" or "error"
     alert_command = ["notify", "--channel", "training"]  # run with each regression as JSON on stdin
 
@@ -81,7 +81,7 @@ DEFAULT_REGRESSIONS = {
     "regression_p_max": 0.01,
     "step_change_min": 0.10,
     "share_change_min": 0.05,
-    "busbw_change_min": 0.10,
+    "busbw_change_min": 0.25,
 }
 SEVERITIES = ("warn", "error")
 
