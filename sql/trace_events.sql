@@ -4,9 +4,10 @@
 -- dropped but the flow arrows (`ph` "s"/"f"), whose link is already in `correlation`. Times are
 -- moved onto the absolute clock: Kineto since PyTorch 2.4 writes microseconds relative to
 -- `baseTimeNanoseconds`, older traces absolute microseconds; both become integer nanoseconds
--- since the Unix epoch. Collective metadata is kept where the trace has it: on the NCCL kernel
--- itself (PyTorch 2.4+) or only on the `record_param_comms` CPU op (older traces; join on
--- `external_id`).
+-- since the Unix epoch (read as DECIMAL, or as DOUBLE where every value is small enough for a
+-- double to hold its nanoseconds: pipelines/kineto/fields.py). Collective metadata is kept where
+-- the trace has it: on the NCCL kernel itself (PyTorch 2.4+) or only on the `record_param_comms`
+-- CPU op (older traces; join on `external_id`).
 --
 -- Grain: one row per run, rank, trace file and trace event.
 --
@@ -51,8 +52,16 @@ SELECT
   name,
   pid,
   tid,
-  TRY_CAST(getvariable('base_ns') + ts * 1000 AS BIGINT) AS ts_ns,
-  TRY_CAST(dur * 1000 AS BIGINT) AS dur_ns,
+  -- Doubles (times_as_double): whole microseconds and their fraction apart, each exact, so the
+  -- nanoseconds are too; a decimal is exact as it is.
+  CASE WHEN getvariable('times_as_double')
+    THEN TRY_CAST(getvariable('base_ns')::HUGEINT + TRY_CAST(floor(ts) * 1000 + round((ts - floor(ts)) * 1000) AS BIGINT) AS BIGINT)
+    ELSE TRY_CAST(getvariable('base_ns') + ts * 1000 AS BIGINT)
+  END AS ts_ns,
+  CASE WHEN getvariable('times_as_double')
+    THEN TRY_CAST(floor(dur) * 1000 + round((dur - floor(dur)) * 1000) AS BIGINT)
+    ELSE TRY_CAST(dur * 1000 AS BIGINT)
+  END AS dur_ns,
   TRY_CAST(args."External id" AS BIGINT) AS external_id,
   TRY_CAST(args.correlation AS BIGINT) AS correlation,
   TRY_CAST(args.device AS INTEGER) AS device,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
+import re
 
 import duckdb
 import orjson
@@ -150,13 +152,36 @@ def test_fast_path_falls_back_to_exact_on_bad_values(tmp_path):
     assert any("read event by event" in i.reason for i in trace.issues)
 
 
+def test_times_read_as_doubles_keep_every_nanosecond(tmp_path):
+    """Relative times are read as doubles: thousands of them, anywhere within 101 days of the
+    base, each with three decimals, come out to the nanosecond (a plain `ts * 1000` misses
+    about one in four hundred)."""
+    base_ns = 1_700_000_000_000_000_000
+    rng = random.Random(7)
+    wanted = [rng.randrange(-(2**43 - 1) * 1000, (2**43 - 1) * 1000) for _ in range(20_000)]
+    events = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": f"T{i}", "dur": 1} for i in range(len(wanted))]
+    as_written = [f"{'-' if ns < 0 else ''}{abs(ns) // 1000}.{abs(ns) % 1000:03d}" for ns in wanted]
+    text = re.sub(r'"T(\d+)"', lambda m: as_written[int(m.group(1))], kineto_text(events, baseTimeNanoseconds=base_ns).decode())
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    con = duckdb.connect()
+    trace = normalize.read_trace(path, tmp_path / "work")
+    normalize.write_events(con, trace, tmp_path / "work", tmp_path / "e.parquet", "r", 0, 0)
+    got = [ns for (ns,) in con.execute("SELECT ts_ns FROM read_parquet($p)", {"p": str(tmp_path / "e.parquet")}).fetchall()]
+    assert sorted(got) == sorted(base_ns + ns for ns in wanted)
+
+
 def test_relative_and_absolute_timestamps(tmp_path):
     con = duckdb.connect()
     for name, meta, ts, expected in [
         ("relative", {"baseTimeNanoseconds": 1_700_000_000_000_000_000}, "1234.567", 1_700_000_000_001_234_567),
+        ("before its base", {"baseTimeNanoseconds": 1_700_000_000_000_000_000}, "-1234.567", 1_699_999_999_998_765_433),
+        # Too far from its base for a double to hold the nanoseconds: read again as a decimal.
+        ("far from its base", {"baseTimeNanoseconds": 1_000_000}, "1000000000000123.457", 1_000_000_000_001_123_457),
         ("absolute", {}, "1700000000123456.789", 1_700_000_000_123_456_789),
         ("integer", {}, "1700000000123456", 1_700_000_000_123_456_000),
     ]:
+        name = name.replace(" ", "-")
         path = tmp_path / f"{name}.json"
         # The timestamp goes in as written: a Python float could not even hold it.
         text = kineto_text([{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": "TS", "dur": 1}], **meta)

@@ -19,7 +19,7 @@ import duckdb
 from pipelines import sql
 from pipelines.issues import ParseIssue
 from pipelines.kineto.exact import exact_trace
-from pipelines.kineto.fields import ARG_KEYS, event_json_columns
+from pipelines.kineto.fields import ARG_KEYS, EXACT_TIME_TYPE, FAST_TIME_LIMIT_NS, FAST_TIME_TYPE, event_json_columns
 from pipelines.kineto.splitter import CannotCut, split_trace
 
 _RANK_IN_NAME = re.compile(r"rank[^0-9a-z]{0,2}(\d+)", re.IGNORECASE)
@@ -87,11 +87,14 @@ def _read_exactly(path: Path, work_dir: Path, earlier: list[ParseIssue]) -> Read
     )
 
 
+RELATIVE = "relative to baseTimeNanoseconds"
+
+
 def time_base(meta: dict) -> tuple[int, str]:
     """Nanoseconds to add to `ts * 1000`, and which timestamp regime the trace uses."""
     base = meta.get("baseTimeNanoseconds")
     if isinstance(base, int):
-        return base, "relative to baseTimeNanoseconds"
+        return base, RELATIVE
     return 0, "absolute microseconds"
 
 
@@ -104,11 +107,17 @@ def write_events(
     rank: int,
     file_index: int,
 ) -> ReadTrace:
-    """Normalise the trace's chunks into `out_path`; fall back to the exact path if DuckDB balks."""
-    base_ns, _ = time_base(trace.meta)
+    """Normalise the trace's chunks into `out_path`; fall back to the exact path if DuckDB balks.
+
+    Times relative to the trace's base are read as doubles, and read again as decimals in the
+    rare trace where one is too far from the base for a double to hold its nanoseconds.
+    """
+    base_ns, regime = time_base(trace.meta)
     sql.set_variables(con, run_id=run_id, rank=rank, file_index=file_index, base_ns=base_ns)
     try:
-        _copy(con, trace, out_path)
+        if regime == RELATIVE and _copy(con, trace, out_path, FAST_TIME_TYPE) and _held_exactly(con, out_path, base_ns):
+            return trace
+        _copy(con, trace, out_path, EXACT_TIME_TYPE)
         return trace
     except duckdb.Error as refused:
         if trace.parser == "exact":
@@ -120,21 +129,33 @@ def write_events(
         exact = _read_exactly(trace.path, work_dir, [note])
         # The fast pass may have read the metadata fine even when an event is bad; keep it.
         exact.meta = exact.meta or trace.meta
-        _copy(con, exact, out_path)
+        _copy(con, exact, out_path, EXACT_TIME_TYPE)
         return exact
 
 
-def _copy(con: duckdb.DuckDBPyConnection, trace: ReadTrace, out_path: Path) -> None:
+def _copy(con: duckdb.DuckDBPyConnection, trace: ReadTrace, out_path: Path, time_type: str) -> bool:
+    """Write the trace's events to `out_path`, times read as `time_type`; False when it has none."""
     if not trace.chunk_paths:
         sql.write_parquet(con, f"({sql.table('trace_events').empty()})", out_path)
-        return
+        return False
     sql.set_variables(
         con,
         chunk_files=[str(p) for p in trace.chunk_paths],
         json_format=trace.json_format,
-        event_columns=event_json_columns(),
+        event_columns=event_json_columns(time_type),
+        times_as_double=time_type == FAST_TIME_TYPE,
     )
     sql.write_parquet(con, f"({sql.table('trace_events').select()})", out_path)
+    return True
+
+
+def _held_exactly(con: duckdb.DuckDBPyConnection, part: Path, base_ns: int) -> bool:
+    """Whether every time in a part read with doubles was near enough its base to be exact."""
+    (far,) = con.execute(
+        "SELECT count(*) FROM read_parquet($part) WHERE abs(ts_ns - $base) >= $limit OR abs(dur_ns) >= $limit",
+        {"part": str(part), "base": base_ns, "limit": FAST_TIME_LIMIT_NS},
+    ).fetchall()[0]
+    return far == 0
 
 
 def _first_line(error: Exception) -> str:
