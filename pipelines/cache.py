@@ -1,4 +1,5 @@
-"""Files built once and kept between runs: the report's Vega bundle, the tables' lineage.
+"""Files built once and kept between runs: the report's Vega bundle, the tables' lineage, the
+schema-only Parquet files of a new warehouse.
 
 Each is named by what it was built from (a version, a digest of the SQL), so a change makes a
 new file and a stale one is never read. A folder that cannot be written only costs the rebuild.
@@ -21,17 +22,22 @@ def cache_dir() -> Path:
 
 def kept(name: str, build: Callable[[], str]) -> str:
     """The text kept under `name`, built and kept first if it is not there."""
+    return kept_bytes(name, lambda: build().encode("utf-8")).decode("utf-8")
+
+
+def kept_bytes(name: str, build: Callable[[], bytes]) -> bytes:
+    """The bytes kept under `name`, built and kept first if they are not there."""
     path = cache_dir() / name
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_bytes()
     except OSError:
         pass
-    text = build()
+    data = build()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False, suffix=".part") as part:
-            part.write(text)
+        with tempfile.NamedTemporaryFile("wb", dir=path.parent, delete=False, suffix=".part") as part:
+            part.write(data)
         os.replace(part.name, path)  # whole or not at all, even with processes writing in parallel
     except OSError:
         pass
-    return text
+    return data

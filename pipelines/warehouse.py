@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
+import sys
+import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -34,6 +38,7 @@ from urllib.parse import quote, unquote
 import duckdb
 
 from pipelines import sql
+from pipelines.cache import kept_bytes
 from pipelines.kineto.normalize import MAX_PLAUSIBLE_DUR_NS
 from pipelines.settings import Settings
 
@@ -124,30 +129,39 @@ class Warehouse:
     # --- set-up -----------------------------------------------------------------------------
 
     def ensure(self) -> None:
-        """Create the layout, the schema-only files and the catalog if they are missing or old."""
+        """Create the layout, the schema-only files and the catalog if they are missing or old.
+
+        The catalog is for analysts' own DuckDB sessions and nothing in this process reads it, so
+        a new one (0.1-0.2 s of DuckDB) is written by a thread of its own, which the interpreter
+        waits for before it exits.
+        """
+        if "'" in str(self.root):
+            raise ValueError(f"the warehouse path cannot contain a single quote: {self.root}")
         for folder in (self.runs_dir, self.versions_dir, self.reports_dir, self.sources_dir, self.rollups_dir):
             folder.mkdir(parents=True, exist_ok=True)
         with self._lock("setup"):
             self._write_schema_files()
-            self._write_catalog()
+            if self._catalog_is_current():
+                return
+        threading.Thread(target=self._write_catalog, name="wirespeed-catalog").start()
 
     def _write_schema_files(self) -> None:
-        con = sql.session()
-        try:
-            targets = [(name, self.runs_dir / SCHEMA_DIR / name / "empty.parquet") for name in TABLES]
-            targets += [(name, self.rollups_dir / name / "empty.parquet") for name in ROLLUP_TABLES]
-            for name, target in targets:
-                stamp = target.with_suffix(".sql")
-                wanted = sql.table(name).empty()
-                if target.exists() and stamp.exists() and stamp.read_text() == wanted:
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                temporary = target.with_name(f".tmp-{uuid.uuid4().hex}.parquet.tmp")
-                sql.write_parquet(con, f"({wanted})", temporary)
-                os.replace(temporary, target)
-                stamp.write_text(wanted)
-        finally:
-            con.close()
+        """Each table's schema-only file, copied from the cache folder (written there once per
+        schema and DuckDB version: writing 33 files costs a new warehouse a sixth of a second)."""
+        targets = [(name, self.runs_dir / SCHEMA_DIR / name / "empty.parquet") for name in TABLES]
+        targets += [(name, self.rollups_dir / name / "empty.parquet") for name in ROLLUP_TABLES]
+        for name, target in targets:
+            stamp = target.with_suffix(".sql")
+            wanted = sql.table(name).empty()
+            if target.exists() and stamp.exists() and stamp.read_text() == wanted:
+                continue
+            digest = hashlib.sha256(wanted.encode()).hexdigest()[:20]
+            data = kept_bytes(f"schema-{duckdb.__version__}-{digest}.parquet", lambda: _schema_file(wanted))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temporary = target.with_name(f".tmp-{uuid.uuid4().hex}.parquet.tmp")
+            temporary.write_bytes(data)
+            os.replace(temporary, target)
+            stamp.write_text(wanted)
 
     def view_sql(
         self, root_expr: str = "getvariable('wirespeed_root')", run_dirs_expr: str | None = None,
@@ -174,23 +188,31 @@ class Warehouse:
             for name, files in sources
         )
 
+    def _catalog_views(self) -> str:
+        return self.view_sql(f"'{self.root}'", temporary=False)
+
+    def _catalog_is_current(self) -> bool:
+        stamp = self.root / "catalog.sql"
+        return self.catalog_path.exists() and stamp.exists() and stamp.read_text() == self._catalog_views()
+
     def _write_catalog(self) -> None:
         """Build catalog.duckdb beside the old one and swap it in; readers keep their old file."""
-        root = str(self.root)
-        if "'" in root:
-            raise ValueError(f"the warehouse path cannot contain a single quote: {root}")
-        wanted = self.view_sql(f"'{root}'", temporary=False)
-        stamp = self.root / "catalog.sql"
-        if self.catalog_path.exists() and stamp.exists() and stamp.read_text() == wanted:
-            return
         temporary = self.root / f".catalog-{uuid.uuid4().hex}.duckdb.tmp"
-        con = duckdb.connect(str(temporary), config={"storage_compatibility_version": "v1.5.0"})
         try:
-            con.execute(wanted).fetchall()
-        finally:
-            con.close()
-        os.replace(temporary, self.catalog_path)
-        stamp.write_text(wanted)
+            with self._lock("setup"):
+                if self._catalog_is_current():  # another process wrote it meanwhile
+                    return
+                wanted = self._catalog_views()
+                con = duckdb.connect(str(temporary), config={"storage_compatibility_version": "v1.5.0"})
+                try:
+                    con.execute(wanted).fetchall()
+                finally:
+                    con.close()
+                os.replace(temporary, self.catalog_path)
+                (self.root / "catalog.sql").write_text(wanted)
+        except (OSError, duckdb.Error) as problem:
+            temporary.unlink(missing_ok=True)
+            print(f"wirespeed: the catalog {self.catalog_path} was not written: {problem}", file=sys.stderr)
 
     def connect(
         self, config: dict | None = None, runs: Collection[str] | None = None,
@@ -337,6 +359,18 @@ class Warehouse:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _schema_file(query: str) -> bytes:
+    """The bytes of a Parquet file holding `query`'s columns and no rows."""
+    con = sql.session()
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "empty.parquet"
+            sql.write_parquet(con, f"({query})", path)
+            return path.read_bytes()
+    finally:
+        con.close()
 
 
 def _safe_key(key: str) -> str:
