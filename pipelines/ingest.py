@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from pipelines import sql
 from pipelines.issues import ParseIssue
@@ -430,6 +429,8 @@ def _text(value) -> str | None:
 
 def _write_rows(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict], folder: Path) -> None:
     """Write Python rows as table `name`, typed and ordered by its SQL file's header."""
+    import pyarrow as pa  # here, not above: it loads while the files parse (see stages.parse)
+
     table = sql.table(name)
     data = pa.table({c.name: [row.get(c.name) for row in rows] for c in table.columns})
     con.register(f"_{name}_input", data)
