@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,11 +23,12 @@ import duckdb
 from pipelines import replay, sql, whatif
 from pipelines.cache import kept
 from pipelines.settings import Settings
-from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, create_version_view, open_version
+from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, create_version_view, version_variables
 
 # Build order: each file may read the tables before it. Names starting with `_` are
-# intermediate and not published. `_bucket_readiness` comes early so that `_device_events`, its
-# last reader, leaves memory before the sweep (`step_timeline`).
+# intermediate and not published. Tables whose inputs are built are built at once, the longest
+# chain still to come first, ties in this order. `_bucket_readiness` comes early so that
+# `_device_events`, its last reader, leaves memory before the sweep (`step_timeline`).
 BUILD_ORDER = (
     "_device_events",
     "_activity",
@@ -54,10 +57,12 @@ BUILD_ORDER = (
     "whatif_dimensions",
     "nccl_crosscheck",
 )
-# The what-if tables need their grid, which depends on the run (its N and its line rate); the
-# replay's tables are registered then too, from what the replay's own queries read.
+# Built in Python, not SQL, just before the what-if costs: the run's what-if grid (its N and its
+# line rate) and the replay over it, as the tables the what-if SQL reads. It reads what its own
+# queries read.
+WHATIF_STEP = "_whatif_grid_and_replay"
 WHATIF_START = "_whatif_costs"
-REPLAY_TABLES = ("_whatif_replay", "_whatif_replay_dimensions", "_whatif_replay_targets")
+WHATIF_STEP_TABLES = whatif.INPUT_TABLES + replay.TABLES
 
 
 @dataclass
@@ -65,11 +70,11 @@ class AnalysisSummary:
     run_id: str
     rows: dict[str, int]
     seconds: float
-    table_seconds: dict[str, float]  # building each table (intermediates too) and writing it, in build order
+    table_seconds: dict[str, float]  # building each table (intermediates and the what-if step too) and writing it
     finished: Any = None  # what `finish` returned
 
 
-# The run's N and line rate, read before the what-if tables are built (see _register_whatif_inputs).
+# The run's N and line rate, read before the what-if tables are built (see _register_whatif).
 WHATIF_INPUTS_QUERY = """
 SELECT
   (SELECT max(ranks) FROM _whatif_scenario),
@@ -79,9 +84,9 @@ SELECT
 """
 
 
-def _register_whatif_inputs(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
+def _register_whatif(con: duckdb.DuckDBPyConnection, settings: Settings) -> dict[str, Any]:
     """The run's what-if grid: its own N and multiples, the default line rates plus its own; and
-    the replay over that grid.
+    the replay over that grid. Returns the variables the what-if SQL reads.
 
     The run's own line rate is that of the link its collectives use: the intra-node rate when all
     of them stay within one host and that rate is known, else the NIC's.
@@ -90,22 +95,29 @@ def _register_whatif_inputs(con: duckdb.DuckDBPyConnection, settings: Settings) 
     ranks = ranks or 1
     bandwidths = tuple(sorted(set(whatif.DEFAULT_BANDWIDTHS_GBPS) | ({link} if link else set())))
     grid = whatif.Grid(tuple(ranks * m for m in whatif.DEFAULT_RANK_MULTIPLES), bandwidths, whatif.DEFAULT_COMPRESSIONS)
-    whatif.register_inputs(con, grid, settings.reduce_cost)
-    sql.set_variables(con, fusion="observed", run_link_gbps=link)
+    whatif.register_inputs(con, grid, settings.reduce_cost, temporary=False)
     replay.register(con, whatif.DEFAULT_RANK_MULTIPLES, bandwidths, whatif.DEFAULT_COMPRESSIONS, whatif.DEFAULT_TARGETS)
+    return {"fusion": "observed", "run_link_gbps": link}
 
 
-def _reads(order: tuple[str, ...] = BUILD_ORDER) -> dict[str, set[str]]:
-    """For each table of `order`, the tables (parse tables, and tables before it) its SQL reads.
+def steps() -> tuple[str, ...]:
+    """Every table of BUILD_ORDER, and the what-if step just before the what-if costs."""
+    at = BUILD_ORDER.index(WHATIF_START)
+    return BUILD_ORDER[:at] + (WHATIF_STEP,) + BUILD_ORDER[at:]
+
+
+def _reads(order: tuple[str, ...] | None = None) -> dict[str, set[str]]:
+    """For each step of `order`, the tables (parse tables, and steps before it) its SQL reads.
 
     DuckDB's own parser says which relations a query names, so neither comments nor columns that
-    share a table's name count; the what-if costs also read the query run just before them, and a
-    table built on the replay's registered tables reads what the replay's queries read. Parsing
-    takes a fifth of a second, so the answer is kept, under a digest of every query it read.
+    share a table's name count; a table that names one of the what-if step's tables reads that
+    step, which reads what its queries read. Parsing takes a fifth of a second, so the answer is
+    kept, under a digest of every query it read.
     """
-    queries = {name: sql.table(name).query for name in order}
+    order = order or steps()
+    queries = {name: sql.table(name).query for name in order if name != WHATIF_STEP}
     digest = hashlib.sha256(
-        json.dumps([duckdb.__version__, PARSE_TABLES, queries, replay.QUERIES, WHATIF_INPUTS_QUERY]).encode()
+        json.dumps([duckdb.__version__, PARSE_TABLES, order, queries, WHATIF_STEP_TABLES, replay.QUERIES, WHATIF_INPUTS_QUERY]).encode()
     ).hexdigest()[:20]
     reads = json.loads(kept(f"reads-{digest}.json", lambda: json.dumps(_parsed_reads(order, queries))))
     return {name: set(tables) for name, tables in reads.items()}
@@ -115,34 +127,20 @@ def _parsed_reads(order: tuple[str, ...], queries: dict[str, str]) -> dict[str, 
     con = sql.session()
     reads = {}
     try:
-        replayed = set().union(*(sql.relations(con, query) for query in replay.QUERIES))
         for position, name in enumerate(order):
-            named = sql.relations(con, queries[name]) | (sql.relations(con, WHATIF_INPUTS_QUERY) if name == WHATIF_START else set())
-            if named & set(REPLAY_TABLES):
-                named |= replayed
+            if name == WHATIF_STEP:
+                named = set().union(*(sql.relations(con, query) for query in (*replay.QUERIES, WHATIF_INPUTS_QUERY)))
+            else:
+                named = sql.relations(con, queries[name])
+                if named & set(WHATIF_STEP_TABLES):
+                    named.add(WHATIF_STEP)
             reads[name] = sorted(named & set(PARSE_TABLES + order[:position]))
     finally:
         con.close()
     return reads
 
 
-def last_readers(order: tuple[str, ...] = BUILD_ORDER) -> dict[str, str]:
-    """For each intermediate table of `order`, the last table after it whose SQL reads it.
-
-    An intermediate that no later query names can leave memory once it is built, and on a large
-    run the session's tables are what would otherwise spill to disk.
-    """
-    reads = _reads(order)
-    last = {}
-    for position, name in enumerate(order):
-        if name in ANALYSIS_TABLES:
-            continue
-        readers = [later for later in order[position + 1 :] if name in reads[later]]
-        last[name] = readers[-1] if readers else name
-    return last
-
-
-def lineage(order: tuple[str, ...] = BUILD_ORDER) -> dict[str, list[str]]:
+def lineage(order: tuple[str, ...] | None = None) -> dict[str, list[str]]:
     """For each published table of `order`, the published tables it is derived from.
 
     The assets' dependencies, from the SQL: an intermediate a table reads stands for what that
@@ -157,7 +155,7 @@ def lineage(order: tuple[str, ...] = BUILD_ORDER) -> dict[str, list[str]]:
 
     return {
         name: sorted(set().union(*(published(other) for other in reads[name])))
-        for name in order
+        for name in reads
         if name in ANALYSIS_TABLES
     }
 
@@ -169,7 +167,7 @@ def _publish(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> int:
     millions of rows (`step_timeline`) in the session would push the rest of the analysis to disk.
     """
     written = sql.write_parquet(con, f"({sql.table(name).select()})", folder / "part-0.parquet")
-    create_version_view(con, name)
+    create_version_view(con, name, temporary=False)
     return written
 
 
@@ -179,30 +177,80 @@ def analyze_run(
 ) -> AnalysisSummary:
     """Build every analysis table of the run from its parse tables, into `version`.
 
-    `finish` runs in the session once every table is built, where each table is a view of its
-    file: checks read the run there without opening a session of their own.
+    Each of `[resources] threads` threads builds a table whose inputs are built, on a connection
+    of its own to one shared session: most of a small table's time is DuckDB planning it on one
+    core, and the replay is Python, so building two at once uses a second core that one
+    statement at a time leaves idle. `finish` runs in the session once every table is built,
+    where each table is a view of its file: checks read the run there without opening a session
+    of their own.
     """
     started = time.perf_counter()
-    con = open_version(version, settings, run_id)
-    rows: dict[str, int] = {}
-    seconds: dict[str, float] = {}
-    done_after: dict[str, list[str]] = {}
-    for name, reader in last_readers().items():
-        done_after.setdefault(reader, []).append(name)
+    shared = sql.SharedSession(settings.duckdb_config())
     try:
-        for name in BUILD_ORDER:
-            table_started = time.perf_counter()
-            if name == WHATIF_START:
-                _register_whatif_inputs(con, settings)
+        con = shared.connect()
+        shared.set_variables(**version_variables(version, settings, run_id), **sql.macro_variables())
+        shared.sync(con)
+        for name in PARSE_TABLES:
+            create_version_view(con, name, temporary=False)
+        con.execute(sql.macros_text(temporary=False)).fetchall()
+
+        def build(con: duckdb.DuckDBPyConnection, name: str) -> int | None:
+            if name == WHATIF_STEP:
+                shared.set_variables(**_register_whatif(con, settings))
+                return None
             if name in ANALYSIS_TABLES:
-                rows[name] = _publish(con, name, warehouse.table_dir(version, name))
-            else:
-                rows[name] = sql.materialize(con, name)
-            for finished in done_after.get(name, []):
-                con.execute(f'DROP TABLE "{finished}"').fetchall()
-            seconds[name] = time.perf_counter() - table_started
+                return _publish(con, name, warehouse.table_dir(version, name))
+            return sql.materialize(con, name, temporary=False)
+
+        rows, seconds = _build_all(shared, con, build, settings.threads)
+        shared.sync(con)
         finished = finish(con) if finish else None
     finally:
-        con.close()
+        shared.close()
     published = {name: rows[name] for name in ANALYSIS_TABLES}
     return AnalysisSummary(run_id, published, time.perf_counter() - started, seconds, finished)
+
+
+def _build_all(
+    shared: sql.SharedSession, con: duckdb.DuckDBPyConnection, build: Callable[[duckdb.DuckDBPyConnection, str], int | None],
+    workers: int,
+) -> tuple[dict[str, int | None], dict[str, float]]:
+    """Build every step, `workers` at a time, each once the steps it reads are built; drop each
+    intermediate (on `con`) once every step that reads it is built. Returns each step's rows and
+    seconds."""
+    order = steps()
+    reads = _reads(order)
+    readers = {name: {later for later in order if name in reads[later]} for name in order}
+    chain: dict[str, int] = {}  # the longest chain of steps from each to the last
+    for name in reversed(order):
+        chain[name] = 1 + max((chain[reader] for reader in readers[name]), default=0)
+    local = threading.local()
+
+    def run(name: str) -> tuple[int | None, float]:
+        if not hasattr(local, "con"):
+            local.con = shared.connect()
+        shared.sync(local.con)
+        begun = time.perf_counter()
+        return build(local.con, name), time.perf_counter() - begun
+
+    rows: dict[str, int | None] = {}
+    seconds: dict[str, float] = {}
+    running: dict[Future, str] = {}
+    built = set(PARSE_TABLES)
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="wirespeed-analysis") as pool:
+        while len(rows) < len(order):
+            ready = [name for name in order if name not in built and name not in running.values() and reads[name] <= built]
+            for name in sorted(ready, key=lambda n: -chain[n])[: max(1, workers) - len(running)]:
+                running[pool.submit(run, name)] = name
+            if not running:
+                raise RuntimeError(f"nothing can build {sorted(set(order) - built)}: each reads a step that does not come before it")
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                name = running.pop(future)
+                rows[name], seconds[name] = future.result()
+                built.add(name)
+                for done in {name} | reads[name]:  # an intermediate no step still to come reads
+                    if done in readers and done not in ANALYSIS_TABLES and readers[done] <= built:
+                        for table in WHATIF_STEP_TABLES if done == WHATIF_STEP else (done,):
+                            con.execute(f'DROP TABLE "{table}"').fetchall()
+    return rows, seconds

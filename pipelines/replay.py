@@ -370,10 +370,14 @@ def model_of(con) -> Model | None:
     return Model(replay, world_size or int(np.unique(inputs.column("rank").to_numpy()).size))
 
 
+# The tables `register` makes: the cells, their exposure per dimension, and the targets' needs.
+TABLES = ("_whatif_replay", "_whatif_replay_dimensions", "_whatif_replay_targets")
+
+
 def register(con, rank_multiples: tuple[int, ...], bandwidths_gbps: tuple[float, ...], compressions: tuple[float, ...],
              targets: tuple[float, ...]) -> Model | None:
-    """Replay the run over the grid and register `_whatif_replay`, `_whatif_replay_dimensions` and
-    `_whatif_replay_targets`, which whatif, whatif_dimensions and whatif_targets publish."""
+    """Replay the run over the grid into TABLES (in the connection's database), which whatif,
+    whatif_dimensions and whatif_targets publish."""
     model = model_of(con)
     cells, parts, reached = [], [], []
     if model is not None:
@@ -383,9 +387,12 @@ def register(con, rank_multiples: tuple[int, ...], bandwidths_gbps: tuple[float,
         reached = model.targets(grid, targets)
         for cell in cells:
             cell["scenario"] = f"replay of {len(model.replay.step_ns)} rank-steps"
-    con.register("_whatif_replay", _table(cells, CELL_COLUMNS))
-    con.register("_whatif_replay_dimensions", _table(parts, DIMENSION_COLUMNS))
-    con.register("_whatif_replay_targets", _table(reached, TARGET_COLUMNS))
+    for name, rows, columns in zip(TABLES, (cells, parts, reached), (CELL_COLUMNS, DIMENSION_COLUMNS, TARGET_COLUMNS)):
+        con.register("_replayed", _table(rows, columns))
+        try:
+            con.execute(f'CREATE OR REPLACE TABLE "{name}" AS SELECT * FROM _replayed').fetchall()
+        finally:
+            con.unregister("_replayed")
     return model
 
 

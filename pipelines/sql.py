@@ -22,9 +22,11 @@ Header format:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
+import uuid
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -33,6 +35,7 @@ from typing import Any
 import duckdb
 
 from pipelines import comm_kernels
+from pipelines.cache import kept
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 
@@ -148,6 +151,55 @@ def session(config: dict | None = None) -> duckdb.DuckDBPyConnection:
         return _DATABASES[key].cursor()
 
 
+class SharedSession:
+    """Connections that build tables at once, each from its own thread, and read each other's.
+
+    A session's TEMP objects are its connection's alone, so tables that several connections
+    build and read go into a private in-memory database attached for the purpose, which each
+    connection of this one uses by default, and which `close` detaches with all it holds.
+    Variables are each connection's own: `set_variables` gives them to every connection, which
+    takes them before its next statement (`sync`).
+    """
+
+    def __init__(self, config: dict | None = None):
+        self.config = config
+        self.database = f"shared_{uuid.uuid4().hex}"
+        self._variables: dict[str, Any] = {}
+        self._given: dict[int, dict[str, Any]] = {}  # per connection, the variables it has
+        self._connections: list[duckdb.DuckDBPyConnection] = []
+        self._lock = threading.Lock()
+        self._owner = session(config)
+        self._owner.execute(f"ATTACH ':memory:' AS \"{self.database}\"").fetchall()
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """A new connection to the shared database, with every variable set so far."""
+        con = session(self.config)
+        con.execute(f'USE "{self.database}"').fetchall()
+        with self._lock:
+            self._connections.append(con)
+            self._given[id(con)] = {}
+        self.sync(con)
+        return con
+
+    def set_variables(self, **values: Any) -> None:
+        with self._lock:
+            self._variables.update(values)
+
+    def sync(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Give `con` the variables set since it last took them; call it from `con`'s own thread."""
+        with self._lock:
+            given = self._given[id(con)]
+            changed = {name: value for name, value in self._variables.items() if name not in given or given[name] != value}
+            given.update(changed)
+        set_variables(con, **changed)
+
+    def close(self) -> None:
+        for con in self._connections:
+            con.close()
+        self._owner.execute(f'DETACH "{self.database}"').fetchall()
+        self._owner.close()
+
+
 def set_variables(con: duckdb.DuckDBPyConnection, **values: Any) -> None:
     """Set DuckDB session variables from Python values, as prepared parameters."""
     for name, value in values.items():
@@ -157,19 +209,30 @@ def set_variables(con: duckdb.DuckDBPyConnection, **values: Any) -> None:
 
 
 def run_macros(con: duckdb.DuckDBPyConnection) -> None:
-    """Define the shared macros (interval arithmetic and friends) on this connection.
-
-    The communication kernel families are data the macros read (`comm_kernel_match`), kept in
-    pipelines/comm_kernels.py with the patterns settings.py builds from them.
-    """
-    set_variables(con, **comm_kernels.session_variables())
-    con.execute((SQL_DIR / "macros.sql").read_text()).fetchall()
+    """Define the shared macros (interval arithmetic and friends) on this connection."""
+    set_variables(con, **macro_variables())
+    con.execute(macros_text()).fetchall()
 
 
-def materialize(con: duckdb.DuckDBPyConnection, name: str) -> int:
-    """Build table `name` in this connection from its file; return its row count."""
+def macro_variables() -> dict[str, Any]:
+    """What the macros read: the communication kernel families (`comm_kernel_match`), kept in
+    pipelines/comm_kernels.py with the patterns settings.py builds from them."""
+    return comm_kernels.session_variables()
+
+
+def macros_text(temporary: bool = True) -> str:
+    """sql/macros.sql; with `temporary` False its macros go into the connection's database
+    (a SharedSession's), for every connection to it."""
+    text = (SQL_DIR / "macros.sql").read_text()
+    return text if temporary else text.replace("CREATE OR REPLACE TEMP MACRO", "CREATE OR REPLACE MACRO")
+
+
+def materialize(con: duckdb.DuckDBPyConnection, name: str, temporary: bool = True) -> int:
+    """Build table `name` from its file, in this connection (or its database: `temporary`
+    False); return its row count."""
+    created = "CREATE OR REPLACE TEMP TABLE" if temporary else "CREATE OR REPLACE TABLE"
     try:
-        con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS {table(name).select()}').fetchall()
+        con.execute(f'{created} "{name}" AS {table(name).select()}').fetchall()
     except duckdb.Error as error:
         error.add_note(f"while building sql/{name}.sql")
         raise
@@ -202,6 +265,23 @@ def relations(con: duckdb.DuckDBPyConnection, query: str) -> set[str]:
         elif isinstance(node, list):
             pending.extend(node)
     return names
+
+
+def tables_read(queries: list[str], among: tuple[str, ...]) -> tuple[str, ...]:
+    """The tables of `among` that any of `queries` names, for a session that makes views of those
+    alone (each view reads its files' schemas when it is made). Parsing takes milliseconds a
+    query, so the answer is kept, under a digest of the queries."""
+    digest = hashlib.sha256(json.dumps([duckdb.__version__, queries, among]).encode()).hexdigest()[:20]
+
+    def parsed() -> str:
+        con = session()
+        try:
+            named = set().union(*(relations(con, query) for query in queries))
+        finally:
+            con.close()
+        return json.dumps([name for name in among if name in named])
+
+    return tuple(json.loads(kept(f"tables-read-{digest}.json", parsed)))
 
 
 @cache

@@ -389,24 +389,30 @@ def open_version(
 ) -> duckdb.DuckDBPyConnection:
     """A session with a view per table in `tables`, reading one version of one run."""
     con = sql.session(settings.duckdb_config())
-    sql.set_variables(
-        con,
-        run_id=run_id,
-        version_dir=str(version),
-        comm_pattern=settings.comm_regex(),
-        max_dur_ns=MAX_PLAUSIBLE_DUR_NS,
-        dimension_keys=[key for key, _ in settings.dimensions],
-        dimension_values=[value for _, value in settings.dimensions],
-    )
+    sql.set_variables(con, **version_variables(version, settings, run_id))
     for name in tables:
         create_version_view(con, name)
     sql.run_macros(con)
     return con
 
 
-def create_version_view(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """A view of table `name` over its Parquet files in the session's version."""
+def version_variables(version: Path, settings: Settings, run_id: str) -> dict:
+    """The session variables of a session over one version of one run: the run, the version's
+    folder (its views read it) and what the analysis SQL takes from the settings."""
+    return {
+        "run_id": run_id,
+        "version_dir": str(version),
+        "comm_pattern": settings.comm_regex(),
+        "max_dur_ns": MAX_PLAUSIBLE_DUR_NS,
+        "dimension_keys": [key for key, _ in settings.dimensions],
+        "dimension_values": [value for _, value in settings.dimensions],
+    }
+
+
+def create_version_view(con: duckdb.DuckDBPyConnection, name: str, temporary: bool = True) -> None:
+    """A view of table `name` over its Parquet files in the session's version (in the
+    connection's database, for every connection to it, with `temporary` False)."""
     con.execute(
-        f'CREATE OR REPLACE TEMP VIEW "{name}" AS SELECT * FROM read_parquet('
+        f'CREATE OR REPLACE {"TEMP " if temporary else ""}VIEW "{name}" AS SELECT * FROM read_parquet('
         f"getvariable('version_dir') || '/{name}/*.parquet', union_by_name = true)"
     ).fetchall()

@@ -158,20 +158,29 @@ class Grid:
             raise ValueError("target scaling factors lie between 0 and 1")
 
 
-def register_inputs(con: duckdb.DuckDBPyConnection, grid: Grid, reduce_cost: list[tuple[int, float]]) -> None:
-    """Give the what-if SQL its grid and reduce-cost table."""
+# The tables `register_inputs` gives the what-if SQL.
+INPUT_TABLES = ("_whatif_grid", "_whatif_targets", "_reduce_cost")
+
+
+def register_inputs(
+    con: duckdb.DuckDBPyConnection, grid: Grid, reduce_cost: list[tuple[int, float]], temporary: bool = True
+) -> None:
+    """Give the what-if SQL its grid and reduce-cost table (INPUT_TABLES; in the connection's
+    database, for all its connections, with `temporary` False)."""
     cells = [(n, b, c) for n in grid.ranks for b in grid.bandwidths_gbps for c in grid.compressions]
-    _temp_table(con, "_whatif_grid", {
+    grid_table, targets_table, cost_table = INPUT_TABLES
+    _temp_table(con, grid_table, {
         "ranks": [c[0] for c in cells], "bandwidth_gbps": [float(c[1]) for c in cells], "compression": [float(c[2]) for c in cells],
-    })
-    _temp_table(con, "_whatif_targets", {"target": [float(t) for t in grid.targets]})
-    _temp_table(con, "_reduce_cost", {"bytes": [p[0] for p in reduce_cost], "seconds": [float(p[1]) for p in reduce_cost]})
+    }, temporary)
+    _temp_table(con, targets_table, {"target": [float(t) for t in grid.targets]}, temporary)
+    _temp_table(con, cost_table, {"bytes": [p[0] for p in reduce_cost], "seconds": [float(p[1]) for p in reduce_cost]}, temporary)
 
 
-def _temp_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, list]) -> None:
-    """A temporary table of these columns (equal-length lists of a few rows), passed as parameters."""
+def _temp_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, list], temporary: bool = True) -> None:
+    """A table of these columns (equal-length lists of a few rows), passed as parameters."""
     select = ", ".join(f'unnest(${i}) AS "{column}"' for i, column in enumerate(columns, start=1))
-    con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS SELECT {select}', list(columns.values())).fetchall()
+    created = "CREATE OR REPLACE TEMP TABLE" if temporary else "CREATE OR REPLACE TABLE"
+    con.execute(f'{created} "{name}" AS SELECT {select}', list(columns.values())).fetchall()
 
 
 def register_scenario(
