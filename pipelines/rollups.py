@@ -15,7 +15,7 @@ import duckdb
 from pipelines import sql
 from pipelines.kineto.normalize import MAX_PLAUSIBLE_DUR_NS
 from pipelines.settings import Settings
-from pipelines.warehouse import ROLLUP_TABLES, Warehouse
+from pipelines.warehouse import ROLLUP_TABLES, TABLES, Warehouse
 
 # The runs whose roll-up rows depend on `changed`: those runs and every run of their jobs, under
 # the job each has now and the one the stored roll-ups knew it by (scaling compares within a job).
@@ -29,12 +29,16 @@ SELECT run_id FROM runs WHERE coalesce(job, run_id) IN (SELECT job FROM jobs)
 """
 
 
-def session(store: Warehouse, settings: Settings, runs: Collection[str] | None = None) -> duckdb.DuckDBPyConnection:
-    """A session over every published run (or only `runs`), with the roll-ups' macros and thresholds.
+def session(
+    store: Warehouse, settings: Settings, runs: Collection[str] | None = None, queries: list[str] = ()
+) -> duckdb.DuckDBPyConnection:
+    """A session over every published run (or only `runs`), with the roll-ups' macros and thresholds,
+    and views of the tables that the roll-ups and `queries` read.
 
     Roll-up rows computed over `runs` are exact for runs whose job mates are all among them.
     """
-    con = store.connect(settings.duckdb_config(), runs)
+    tables = sql.tables_read([sql.table(name).select() for name in ROLLUP_TABLES] + list(queries), TABLES + ROLLUP_TABLES)
+    con = store.connect(settings.duckdb_config(), runs, tables)
     sql.set_variables(con, comm_pattern=settings.comm_regex(), max_dur_ns=MAX_PLAUSIBLE_DUR_NS, **settings.verdict,
                       **settings.regressions)
     sql.run_macros(con)

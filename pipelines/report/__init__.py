@@ -19,6 +19,8 @@ from pipelines.report.page import Page, paragraph, table, text
 from pipelines.settings import Settings
 from pipelines.warehouse import TABLES, Warehouse, open_version
 
+# Every query a report runs (sql.report_rows), and so every table its session needs.
+REPORT_QUERIES = sql.SQL_DIR / "report"
 MAX_STRETCHES = 20_000
 MAX_POINTS = 1_500
 MAX_STEPS = 200
@@ -413,7 +415,8 @@ def report_run(
             verdicts = [checks.judge(check, con) for check in checks.PARSE_CHECKS + checks.ANALYSIS_CHECKS]
         finally:
             con.close()
-    con = rollups.session(store, settings, [run_id] if stored_rollups else rollups.job_mates(store, settings, [run_id]))
+    runs = [run_id] if stored_rollups else rollups.job_mates(store, settings, [run_id])
+    con = rollups.session(store, settings, runs, [sql.query_text(f"report/{path.stem}") for path in sorted(REPORT_QUERIES.glob("*.sql"))])
     try:
         if not stored_rollups:
             rollups.recompute(con)

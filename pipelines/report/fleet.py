@@ -46,7 +46,7 @@ def render_fleet(con: duckdb.DuckDBPyConnection) -> str:
 
 def report_fleet(store: Warehouse, settings: Settings, target: Path | None = None) -> Path:
     """Write the fleet report from the stored roll-ups (by default into the warehouse's reports)."""
-    con = rollups.session(store, settings)
+    con = rollups.session(store, settings, queries=[sql.query_text(f"fleet/{name}") for name in ("jobs", "runs", "scaling")])
     try:
         html = render_fleet(con)
     finally:
