@@ -221,12 +221,11 @@ def test_live_gloo_run_whatif_and_verdict(gloo_run, tmp_path):
     store = Warehouse(tmp_path / "warehouse")
     store.ensure()
     ingest_directly(store, gloo_run)
-    con = rollups.session(store, Settings())
+    buckets = "SELECT max(bucket), any_value(ranks) FROM gradient_buckets WHERE run_id = 'gloo-live'"
+    con = rollups.session(store, Settings(), queries=[buckets])
     rollups.recompute(con)
     (bottleneck, full_rate_sf, link) = con.execute("SELECT bottleneck, full_rate_sf, link_gbps FROM verdict").fetchall()[0]
-    n_buckets, ranks = con.execute(
-        "SELECT max(bucket), any_value(ranks) FROM gradient_buckets WHERE run_id = 'gloo-live'"
-    ).fetchall()[0]
+    n_buckets, ranks = con.execute(buckets).fetchall()[0]
     con.close()
     # DDP's buckets of the six-layer model, all-reduced among 4 ranks on one host (40 Gbit/s given).
     assert n_buckets >= 3 and ranks == 4 and link == 40.0 and 0 < full_rate_sf <= 1
