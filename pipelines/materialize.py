@@ -77,6 +77,7 @@ class StagesRun:
     failed_checks: list[str]
     verdicts: list = field(default_factory=list)  # the checks' verdicts, where the stages ran here
     warnings: list[str] = field(default_factory=list)
+    outcomes: list[stages.StageOutcome] = field(default_factory=list)  # the parse's and the analysis', where they ran here
 
 
 def ingest_paths(
@@ -127,7 +128,7 @@ def _landing() -> Path:
     return Path(os.environ.get("WIRESPEED_LANDING", "landing"))
 
 
-def _failure(problem: Exception) -> StagesRun:
+def failed(problem: Exception) -> StagesRun:
     """A run whose stage raised fails, as a failed Dagster step would; the other runs go on."""
     return StagesRun(str(problem) if isinstance(problem, stages.StageError) else f"{type(problem).__name__}: {problem}", [])
 
@@ -141,9 +142,10 @@ class Directly:
     of a few milliseconds, the report's charts) dominate it. A large run uses every core itself.
     """
 
-    def __init__(self, store: Warehouse, sizes: dict[str, int]):
+    def __init__(self, store: Warehouse, sizes: dict[str, int], landing: Path | None = None):
         self.store = store
         self.sizes = sizes
+        self.landing = landing or _landing()  # where runs without a registered source are
         self.settings = settings.load(store.root)
         small = [name for name, size in sizes.items() if size <= SMALL_RUN_BYTES]
         workers = min(self.settings.threads, len(small))
@@ -153,19 +155,21 @@ class Directly:
                 self.settings, threads=max(1, self.settings.threads // workers), memory_mb=max(64, self.settings.memory_mb // workers)
             )
             context = multiprocessing.get_context("spawn")  # a fork would copy DuckDB's threads' locks mid-use
-            self.pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(str(store.root), share))
+            self.pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                                            initargs=(str(store.root), share, self.landing))
             self.small = set(small)
         else:
             self.small = set()
         self.pending: dict[str, Future] = {}
 
-    def run(self, name: str, progress: BarProgress) -> StagesRun | None:
-        """Ingest `name` now, or hand it to the pool (None: its outcome comes with `finish`)."""
+    def run(self, name: str, progress) -> StagesRun | None:
+        """Ingest `name` now, or hand it to the pool (None: its outcome comes with `finish`);
+        `progress.advance(nbytes)` hears of the raw bytes read."""
         if name in self.small:
             self.pending[name] = _submit(self.pool, _parse_and_analyze, name)
             self.pending[name].add_done_callback(lambda _, size=self.sizes[name]: progress.advance(size))
             return None
-        return _parse_and_analyze(name, self.store, self.settings, progress.advance)
+        return _parse_and_analyze(name, self.store, self.settings, self.landing, progress.advance)
 
     def finish(self, outcomes: dict[str, StagesRun | None]) -> None:
         try:
@@ -191,26 +195,30 @@ class Directly:
 
 # Runs up to this size (raw inputs) share the cores with other runs; larger ones have them all.
 SMALL_RUN_BYTES = 64 << 20
-# A pool worker's warehouse and settings, set once when it starts.
+# A pool worker's warehouse, settings and landing folder, set once when it starts.
 _worker: dict = {}
 
 
-def _start_worker(root: str, share: settings.Settings) -> None:
+def _start_worker(root: str, share: settings.Settings, landing: Path) -> None:
     _worker["store"] = Warehouse(root)
     _worker["settings"] = share
+    _worker["landing"] = landing
 
 
-def _parse_and_analyze(name: str, store: Warehouse | None = None, config: settings.Settings | None = None, advance=None) -> StagesRun:
+def _parse_and_analyze(
+    name: str, store: Warehouse | None = None, config: settings.Settings | None = None, landing: Path | None = None, advance=None
+) -> StagesRun:
     """The parse and analysis stages of one run, in this process or in a pool worker."""
-    store, config = store or _worker["store"], config or _worker["settings"]
+    store, config, landing = store or _worker["store"], config or _worker["settings"], landing or _worker["landing"]
     key = f"cli-{uuid.uuid4().hex}"
     try:
-        parsed = stages.parse(store, config, _landing(), name, key, advance, publish=False)
+        parsed = stages.parse(store, config, landing, name, key, advance, publish=False)
         analyzed = stages.analyze(store, config, name, key)
     except Exception as problem:  # any stage's failure fails this run only
-        return _failure(problem)
+        return failed(problem)
     verdicts = parsed.verdicts + analyzed.verdicts
-    return StagesRun(None, [v.name for v in verdicts if not v.outcome.passed], verdicts, parsed.warnings + analyzed.warnings)
+    failing = [v.name for v in verdicts if not v.outcome.passed]
+    return StagesRun(None, failing, verdicts, parsed.warnings + analyzed.warnings, [parsed, analyzed])
 
 
 def _report(name: str, verdicts: list, store: Warehouse | None = None, config: settings.Settings | None = None) -> None:
@@ -243,7 +251,7 @@ def _outcome_of(future: Future):
     try:
         return future.result()
     except Exception as problem:  # BrokenProcessPool among them
-        return _failure(problem)
+        return failed(problem)
 
 
 class ThroughDagster:

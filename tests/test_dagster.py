@@ -9,7 +9,7 @@ import shutil
 import dagster as dg
 import pytest
 
-from conftest import GLOO_RANKS
+from conftest import GLOO_RANKS, TRACES
 from pipelines.defs.ingest.sensors import landing_sensor
 from pipelines.defs.resources import WarehouseResource
 from pipelines.definitions import defs
@@ -45,12 +45,72 @@ def test_sensor_asks_for_a_bounded_batch_per_tick_first_finished_first(tmp_path,
     resource = WarehouseResource(root=str(tmp_path / "warehouse"), landing=str(landing))
     instance = dg.DagsterInstance.ephemeral()
     first = landing_sensor(dg.build_sensor_context(instance=instance, resources={"warehouse": resource}))
-    assert [r.partition_key for r in first.run_requests] == ["c-run", "a-run"]
+    assert requested(first) == [("ingest_batch_job", ["c-run", "a-run"])]
     context = dg.build_sensor_context(instance=instance, resources={"warehouse": resource}, cursor=first.cursor)
     second = landing_sensor(context)
-    assert [r.partition_key for r in second.run_requests] == ["b-run"]
+    assert requested(second) == [("ingest_job", ["b-run"])]  # one run alone: its own Dagster run
     context = dg.build_sensor_context(instance=instance, resources={"warehouse": resource}, cursor=second.cursor)
     assert isinstance(landing_sensor(context), dg.SkipReason)
+
+
+def requested(tick) -> list[tuple[str, list[str]]]:
+    """A sensor tick's run requests, each as its job and the runs it ingests."""
+    return [
+        (r.job_name, r.run_config["ops"]["ingest_runs"]["config"]["run_ids"] if r.job_name == "ingest_batch_job" else [r.partition_key])
+        for r in tick.run_requests
+    ]
+
+
+def test_sensor_batches_small_runs_and_gives_a_large_one_its_own_run(tmp_path, monkeypatch):
+    from pipelines.defs.ingest import sensors
+
+    landing = tmp_path / "landing"
+    for index, name in enumerate(["large", "s1", "s2", "s3", "s4", "s5"]):
+        (landing / name).mkdir(parents=True)
+        (landing / name / "trace.json").write_bytes(b"x" * (5000 if name == "large" else 100))
+        (landing / name / "_DONE").touch()
+        os.utime(landing / name / "_DONE", ns=(10**18 + index, 10**18 + index))
+    monkeypatch.setattr(sensors, "SMALL_RUN_BYTES", 1000)
+    monkeypatch.setattr(sensors, "BATCH_RUNS", 2)
+    resource = WarehouseResource(root=str(tmp_path / "warehouse"), landing=str(landing))
+    tick = landing_sensor(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), resources={"warehouse": resource}))
+    assert sorted(requested(tick)) == [
+        ("ingest_batch_job", ["s1", "s2"]), ("ingest_batch_job", ["s3", "s4"]), ("ingest_job", ["large"]), ("ingest_job", ["s5"]),
+    ]
+    assert tick.dynamic_partitions_requests[0].partition_keys == ["large", "s1", "s2", "s3", "s4", "s5"]
+    assert len({r.run_key for r in tick.run_requests}) == 4
+
+
+def test_a_batch_records_every_run_under_its_partition_and_fails_only_the_bad_one(definitions, tmp_path):
+    """A batch ingests each run as its assets would, recording their materialisations and checks
+    under each run's partition; a run folder that went away fails alone, and names itself."""
+    landing = tmp_path / "landing"
+    for name, trace in [("first", "hta_ddp_nccl_meta_2024/nccl_data.json.gz"),
+                        ("second", "hta_single_rank_of_multirank/cpu_only_gloo_rank34_of300.pt.trace.json.gz")]:
+        (landing / name).mkdir(parents=True)
+        shutil.copy(TRACES / trace, landing / name)
+        (landing / name / "_DONE").touch()
+    resource = WarehouseResource(root=str(tmp_path / "warehouse"), landing=str(landing))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("runs", ["first", "second", "gone"])
+    outcome = definitions.resolve_job_def("ingest_batch_job").execute_in_process(
+        run_config={"ops": {"ingest_runs": {"config": {"run_ids": ["first", "gone", "second"]}}}},
+        instance=instance, resources={"warehouse": resource}, raise_on_error=False,
+    )
+    assert not outcome.success
+    (failure,) = outcome.get_step_failure_events()
+    assert "1 of 3 runs failed: gone:" in failure.event_specific_data.error.message
+    for asset in ("trace_events", "step_breakdown", "whatif", "run_report"):
+        assert instance.get_materialized_partitions(dg.AssetKey(asset)) == {"first", "second"}, asset
+    evaluations = {
+        (e.dagster_event.event_specific_data.partition, e.dagster_event.event_specific_data.check_name)
+        for e in instance.all_logs(outcome.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    }
+    assert {("first", "breakdown_adds_up"), ("second", "steps_found"), ("first", "no_regression")} <= evaluations
+    assert {partition for partition, _ in evaluations} == {"first", "second"}
+    report = instance.get_latest_materialization_event(dg.AssetKey("run_report")).asset_materialization
+    assert report.metadata["verdict"].value.startswith("**") and report.metadata["path"].value.endswith(".html")
+    assert Warehouse(resource.root).report_path("first").exists() and Warehouse(resource.root).report_path("second").exists()
 
 
 def test_workspace_file_names_the_code_location():
@@ -230,7 +290,7 @@ def test_a_real_daemon_ingests_run_folders_that_land():
         cwd=REPO, capture_output=True, text=True, timeout=400,
     )
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
-    assert "(2 Dagster runs, 0 not successful)" in result.stdout
+    assert "(1 Dagster run, 0 not successful)" in result.stdout  # two small runs: one batch
 
 
 def test_a_failed_regression_check_is_handed_to_the_alert_command(definitions, tmp_path):

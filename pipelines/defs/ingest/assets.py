@@ -65,14 +65,18 @@ def _results(context: dg.AssetExecutionContext, outcome: stages.StageOutcome):
     for name, metadata in outcome.tables.items():
         yield dg.MaterializeResult(asset_key=name, metadata=metadata)
     for verdict in outcome.verdicts:
-        yield dg.AssetCheckResult(
-            asset_key=verdict.table,
-            check_name=verdict.name,
-            passed=verdict.outcome.passed,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=verdict.outcome.summary,
-            metadata=verdict.outcome.metadata,
-        )
+        yield dg.AssetCheckResult(asset_key=verdict.table, **check_fields(verdict))
+
+
+def check_fields(verdict: checks.Verdict) -> dict:
+    """A check's result as Dagster records it, from its verdict."""
+    return {
+        "check_name": verdict.name,
+        "passed": verdict.outcome.passed,
+        "severity": dg.AssetCheckSeverity.WARN,
+        "description": verdict.outcome.summary,
+        "metadata": verdict.outcome.metadata,
+    }
 
 
 @dg.multi_asset(

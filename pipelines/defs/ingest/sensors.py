@@ -6,9 +6,11 @@ from pathlib import Path
 
 import dagster as dg
 
+from pipelines.defs.ingest.batches import ingest_batch_job
 from pipelines.defs.ingest.jobs import ingest_job
 from pipelines.defs.partitions import runs_partitions
 from pipelines.defs.resources import WarehouseResource
+from pipelines.materialize import SMALL_RUN_BYTES
 from pipelines.sources import DONE_MARKER, is_complete_run
 from pipelines.warehouse import check_run_id
 
@@ -17,10 +19,14 @@ from pipelines.warehouse import check_run_id
 # so a landing folder that fills with hundreds of runs neither outlasts a tick's time limit nor
 # queues them all at once.
 MAX_RUNS_PER_TICK = 50
+# Small runs that land together are ingested this many to a Dagster run (pipelines/defs/ingest/
+# batches.py), which then loads Dagster and the code location once for all of them.
+BATCH_RUNS = 10
 
 
-def completed_runs(landing: Path) -> dict[str, str]:
-    """Run folders whose `_DONE` marker exists, those finished first, each with a fingerprint of its files."""
+def completed_runs(landing: Path) -> dict[str, tuple[str, int]]:
+    """Run folders whose `_DONE` marker exists, those finished first, each with a fingerprint of
+    its files and their bytes."""
     if not landing.is_dir():
         return {}
     folders = [p for p in landing.iterdir() if p.is_dir() and not p.name.startswith(".") and is_complete_run(p)]
@@ -28,36 +34,55 @@ def completed_runs(landing: Path) -> dict[str, str]:
     return {folder.name: _fingerprint(folder) for folder in folders}
 
 
-def _fingerprint(folder: Path) -> str:
-    """Changes whenever a file in the run folder is added, removed, resized or rewritten."""
+def _fingerprint(folder: Path) -> tuple[str, int]:
+    """Changes whenever a file in the run folder is added, removed, resized or rewritten; and the
+    files' bytes."""
     digest = hashlib.sha1()
+    size = 0
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         stat = path.stat()
         digest.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
+        size += stat.st_size
+    return digest.hexdigest()[:16], size
 
 
-@dg.sensor(job=ingest_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(jobs=[ingest_job, ingest_batch_job], minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
 def landing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult | dg.SkipReason:
-    """Ingest each run folder once it is complete, and again whenever it changes afterwards."""
+    """Ingest each run folder once it is complete, and again whenever it changes afterwards: a
+    large run, or a small one alone, in a Dagster run of its own; small ones BATCH_RUNS at a time."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     current = completed_runs(Path(warehouse.landing))
-    changed = {}
-    for run_id, fingerprint in current.items():
+    changed, sizes = {}, {}
+    for run_id, (fingerprint, size) in current.items():
         if seen.get(run_id) == fingerprint:
             continue
         problem = check_run_id(run_id)
         if problem:
             context.log.warning(f"skipping landing folder {run_id!r}: {problem}")
             continue
-        changed[run_id] = fingerprint
+        changed[run_id], sizes[run_id] = fingerprint, size
         if len(changed) == MAX_RUNS_PER_TICK:
             break
     if not changed:
         return dg.SkipReason(f"no new or changed run folder with a {DONE_MARKER} marker")
+    small = [run_id for run_id in changed if sizes[run_id] <= SMALL_RUN_BYTES]
+    batches = [batch for start in range(0, len(small), BATCH_RUNS) if len(batch := small[start : start + BATCH_RUNS]) > 1]
+    batched = {run_id for batch in batches for run_id in batch}
+    requests = [
+        dg.RunRequest(job_name=ingest_job.name, partition_key=r, run_key=f"{r}@{f}") for r, f in changed.items() if r not in batched
+    ]
+    requests += [
+        dg.RunRequest(
+            job_name=ingest_batch_job.name,
+            run_key="batch-" + hashlib.sha1(" ".join(f"{r}@{changed[r]}" for r in batch).encode()).hexdigest()[:16],
+            run_config={"ops": {"ingest_runs": {"config": {"run_ids": batch}}}},
+            tags={"wirespeed/runs": f"{len(batch)} runs: {batch[0]} ... {batch[-1]}"},
+        )
+        for batch in batches
+    ]
     known = set(context.instance.get_dynamic_partitions(runs_partitions.name))
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=r, run_key=f"{r}@{f}") for r, f in changed.items()],
+        run_requests=requests,
         dynamic_partitions_requests=[runs_partitions.build_add_request(sorted(set(changed) - known))],
         cursor=json.dumps({**seen, **changed}),
     )

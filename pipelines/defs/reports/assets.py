@@ -1,5 +1,7 @@
 """The per-run HTML report, rewritten whenever the run's analysis changes."""
 
+from pathlib import Path
+
 import dagster as dg
 
 from pipelines import stages
@@ -28,14 +30,24 @@ def run_report(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
     store, settings = warehouse.open(), warehouse.settings()
     path = stages.report(store, settings, context.partition_key)
     verdict, compared = stages.judgement(store, settings, context.partition_key)
+    yield dg.MaterializeResult(metadata=report_metadata(verdict, path))
+    yield dg.AssetCheckResult(check_name="no_regression", **regression_check(compared, settings.regression_severity))
+
+
+def report_metadata(verdict: dict, path: Path) -> dict:
+    """What a report's materialisation carries: the verdict and its figures, and where the file is."""
     figures = {name: float(verdict[name]) for name in ("exposed_comm_share", "utilization", "full_rate_sf", "estimated_sf")
                if verdict[name] is not None}
-    yield dg.MaterializeResult(metadata={
+    return {
         "verdict": dg.MetadataValue.md(f"**{verdict['bottleneck']}**. {verdict['explanation']}"),
         **figures,
         "path": dg.MetadataValue.path(str(path)),
         "url": dg.MetadataValue.url(path.as_uri()),
-    })
+    }
+
+
+def regression_check(compared: list[dict], severity: str) -> dict:
+    """The `no_regression` check's result, from the run's rows of sql/regressions.sql."""
     regressed = [row["summary"] for row in compared if row["regressed"]]
     if not compared:
         description = "no baseline: no earlier run of the same job and world size"
@@ -43,10 +55,9 @@ def run_report(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
         description = "regressed: " + "; ".join(regressed)
     else:
         description = f"no regression against {compared[0]['baseline_runs']} baseline run(s)"
-    yield dg.AssetCheckResult(
-        check_name="no_regression",
-        passed=not regressed,
-        severity=SEVERITY[settings.regression_severity],
-        description=description,
-        metadata={"regressed": len(regressed), "measures compared": len(compared)},
-    )
+    return {
+        "passed": not regressed,
+        "severity": SEVERITY[severity],
+        "description": description,
+        "metadata": {"regressed": len(regressed), "measures compared": len(compared)},
+    }
