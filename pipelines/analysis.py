@@ -39,6 +39,7 @@ BUILD_ORDER = (
     "step_comm_groups",
     "rank_breakdown",
     "collective_sync",
+    "_fr_groups",
     "collective_bw",
     "step_sync",
     "net_utilization",
@@ -53,6 +54,7 @@ BUILD_ORDER = (
     "whatif_targets",
     "whatif_dimensions",
     "nccl_crosscheck",
+    "fr_mismatches",
 )
 # The what-if tables need their grid, which depends on the run (its N and its line rate); the
 # replay's tables are registered then too, from what the replay's own queries read.
