@@ -168,10 +168,10 @@ def _entry_row(entry: dict, run_id: str, rank: int, file: str) -> dict:
         "backend": backend,
         "fr_op": op,
         "peers": peers or None,
-        "input_sizes": json.dumps(entry[fr.INPUT_SIZES]),
-        "input_dtypes": json.dumps(entry.get(fr.INPUT_DTYPES) or []),
-        "output_sizes": json.dumps(entry[fr.OUTPUT_SIZES]),
-        "output_dtypes": json.dumps(entry.get(fr.OUTPUT_DTYPES) or []),
+        "input_sizes": _json(entry[fr.INPUT_SIZES]),
+        "input_dtypes": _json(entry.get(fr.INPUT_DTYPES) or []),
+        "output_sizes": _json(entry[fr.OUTPUT_SIZES]),
+        "output_dtypes": _json(entry.get(fr.OUTPUT_DTYPES) or []),
         "state": _text(entry.get(fr.STATE)),
         "retired": entry.get(fr.RETIRED) if isinstance(entry.get(fr.RETIRED), bool) else None,
         "time_created_ns": entry[fr.TIME_CREATED_NS],
@@ -262,6 +262,11 @@ def _frames_text(frames) -> str | None:
         for frame in frames if isinstance(frame, dict)
     ]
     return "\n".join(lines) or None
+
+
+def _json(value) -> str:
+    """Compact JSON text of a value: `[[64,64]]`."""
+    return orjson.dumps(value).decode()
 
 
 def _int(value) -> int | None:

@@ -297,17 +297,33 @@ def _write_flight_recorder(
     folder = warehouse.table_dir(version, "fr_entries")
     table = sql.table("fr_entries")
     sql.run_macros(con)  # the table's sizes need dtype_bytes and friends
-    written = 0
-    for index, dump in enumerate(d for d in dumps if d.entries):
-        con.register("_fr_entries_input", pa.Table.from_pylist(dump.entries))
+    parts = 0
+    for batch in _batches([d.entries for d in dumps], FR_PART_ENTRIES):
+        con.register("_fr_entries_input", pa.Table.from_pylist(batch))
         try:
-            sql.write_parquet(con, f"({table.select()})", folder / f"part-{index:05d}.parquet")
+            sql.write_parquet(con, f"({table.select()})", folder / f"part-{parts:05d}.parquet")
         finally:
             con.unregister("_fr_entries_input")
-        written += 1
-    if not written:
+        parts += 1
+    if not parts:
         sql.write_parquet(con, f"({table.empty()})", folder / "part-empty.parquet")
     return dumps
+
+
+# Entries per Parquet part of fr_entries: a write costs about as much for 2,000 rows as for 20,000.
+FR_PART_ENTRIES = 100_000
+
+
+def _batches(lists: list[list[dict]], size: int) -> Iterator[list[dict]]:
+    """The rows of `lists`, in order, as batches of at least `size` rows (the last may be smaller)."""
+    batch: list[dict] = []
+    for rows in lists:
+        batch.extend(rows)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _drop_duplicate_dumps(dumps: list[fr_dumps.Dump], issues: list[ParseIssue]) -> list[fr_dumps.Dump]:

@@ -19,7 +19,7 @@
 --   members INTEGER[]  The group's global ranks, ascending.
 --   group_size INTEGER  How many there are.
 --   members_source VARCHAR  'dump', 'other dump', 'trace', 'world' or 'entries'.
---   group_key VARCHAR  recorder:name:[members], the same on every member's rows.
+--   group_key VARCHAR  recorder:name:hash of the members, the same on every member's rows.
 WITH named AS (
   SELECT rank, recorder, pg_name, any_value(pg_desc) AS pg_desc
   FROM (
@@ -33,6 +33,13 @@ listed AS (
   SELECT DISTINCT rank, recorder, pg_name, list_sort(from_json(pg_ranks, '["INTEGER"]')) AS members
   FROM fr_process_groups
   WHERE pg_ranks IS NOT NULL
+),
+-- Ranks whose own dump does not list the group's members look for them elsewhere.
+lacking AS (
+  SELECT n.* FROM named AS n ANTI JOIN listed AS l USING (rank, recorder, pg_name)
+),
+memberships AS (
+  SELECT DISTINCT recorder, pg_name, members FROM listed
 ),
 traced AS (
   SELECT DISTINCT pg_name, list_sort(TRY(from_json(pg_ranks, '["INTEGER"]'))) AS members
@@ -52,18 +59,18 @@ candidates AS (
   SELECT n.rank, n.recorder, n.pg_name, l.members, 1 AS preference, 'dump' AS members_source
   FROM named AS n JOIN listed AS l USING (rank, recorder, pg_name)
   UNION ALL
-  SELECT n.rank, n.recorder, n.pg_name, l.members, 2, 'other dump'
-  FROM named AS n JOIN listed AS l ON l.recorder = n.recorder AND l.pg_name = n.pg_name AND list_contains(l.members, n.rank)
+  SELECT n.rank, n.recorder, n.pg_name, m.members, 2, 'other dump'
+  FROM lacking AS n JOIN memberships AS m ON m.recorder = n.recorder AND m.pg_name = n.pg_name AND list_contains(m.members, n.rank)
   UNION ALL
   SELECT n.rank, n.recorder, n.pg_name, t.members, 3, 'trace'
-  FROM named AS n JOIN traced AS t ON t.pg_name = n.pg_name AND list_contains(t.members, n.rank)
+  FROM lacking AS n JOIN traced AS t ON t.pg_name = n.pg_name AND list_contains(t.members, n.rank)
   UNION ALL
   SELECT n.rank, n.recorder, n.pg_name, CAST(range(w.ranks) AS INTEGER[]), 4, 'world'
-  FROM named AS n, world AS w
+  FROM lacking AS n, world AS w
   WHERE n.pg_desc = 'default_pg' AND w.ranks IS NOT NULL
   UNION ALL
   SELECT n.rank, n.recorder, n.pg_name, i.members, 5, 'entries'
-  FROM named AS n JOIN issuers AS i USING (recorder, pg_name)
+  FROM lacking AS n JOIN issuers AS i USING (recorder, pg_name)
 )
 SELECT
   n.rank,
@@ -73,7 +80,7 @@ SELECT
   c.members,
   len(c.members) AS group_size,
   c.members_source,
-  n.recorder || ':' || n.pg_name || ':' || CAST(to_json(c.members) AS VARCHAR) AS group_key
+  n.recorder || ':' || n.pg_name || ':' || hash(c.members) AS group_key
 FROM named AS n
 JOIN (
   SELECT rank, recorder, pg_name, arg_min(members, preference) AS members, arg_min(members_source, preference) AS members_source

@@ -67,9 +67,9 @@ timed AS (
   -- collective (a coalesced one's parts together).
   SELECT
     e.rank,
+    g.group_key,
     'fr:' || g.group_key || ':' || e.seq_id AS collective_key,
     any_value(e.op) FILTER (WHERE e.op <> 'coalesced') AS op,
-    any_value(g.members) AS members,
     any_value(g.group_size) AS group_size,
     sum(e.bytes) FILTER (WHERE e.op <> 'coalesced') AS bytes,
     min(e.time_created_ns) AS start_ns,
@@ -86,17 +86,25 @@ rank_hosts AS (
   WHERE host IS NOT NULL
   GROUP BY rank
 ),
+group_scopes AS (
+  -- A group on one host is intra-node, on several inter-node; with a host unknown, unknown.
+  SELECT
+    g.group_key,
+    CASE WHEN count(h.host) < count(*) THEN 'unknown' WHEN count(DISTINCT h.host) = 1 THEN 'intra' ELSE 'inter' END AS scope
+  FROM (SELECT DISTINCT group_key, unnest(members) AS rank FROM _fr_groups) AS g
+  LEFT JOIN rank_hosts AS h USING (rank)
+  GROUP BY g.group_key
+),
 recorded AS (
   SELECT
-    t.rank, t.collective_key, CAST(NULL AS BIGINT) AS step, t.op,
-    (SELECT CASE WHEN count(h.host) < len(t.members) THEN 'unknown' WHEN count(DISTINCT h.host) = 1 THEN 'intra' ELSE 'inter' END
-     FROM rank_hosts AS h WHERE list_contains(t.members, h.rank)) AS scope,
+    t.rank, t.collective_key, CAST(NULL AS BIGINT) AS step, t.op, s.scope,
     t.group_size, t.bytes, t.start_ns, t.dur_ns,
     min(t.dur_ns) OVER (PARTITION BY t.collective_key) AS transfer_ns,
     CAST(NULL AS INTEGER) AS last_rank,
     busbw_factor(t.op, t.group_size) AS factor,
     'flight recorder' AS source
   FROM timed AS t
+  JOIN group_scopes AS s USING (group_key)
 ),
 instances AS (
   SELECT * FROM traced

@@ -13,8 +13,9 @@
 --    from what most called are mismatched ('op mismatch', 'size mismatch', 'dtype mismatch').
 --    Sizes are not compared for all_to_all, gather and scatter, whose splits may differ; an
 --    all_to_all is a size mismatch when what all ranks send and receive does not add up.
--- 3. When every member entered it and they agree, but some had not finished it when dumped and
---    it had been in flight longer than its timeout, the collective itself hung ('stuck').
+-- 3. When every member entered it (or left no dump) and they agree, but some had not finished it
+--    when dumped and it had been in flight longer than its timeout, the collective itself hung
+--    ('stuck').
 --
 -- Point-to-point ops are not matched: only two ranks of a group take part in each (and gloo does
 -- not record them). Later problems of a group often follow from its first (`is_first`). The
@@ -48,7 +49,7 @@ WITH params AS (
   -- entry for it never entered it.
   SELECT 1000000000 AS late_ns
 ),
-calls AS (
+calls AS MATERIALIZED (
   -- One call per rank and collective; a coalesced collective's parts joined in record order.
   SELECT
     g.group_key,
@@ -57,14 +58,14 @@ calls AS (
     any_value(e.recorder) AS recorder,
     any_value(e.pg_name) AS pg_name,
     any_value(e.pg_desc) AS pg_desc,
-    any_value(g.members) AS members,
     string_agg(e.fr_op, ' + ' ORDER BY e.record_id) AS ops,
     string_agg(e.input_sizes || ' -> ' || e.output_sizes, ' + ' ORDER BY e.record_id) AS sizes,
     string_agg(e.input_dtypes || ' -> ' || e.output_dtypes, ' + ' ORDER BY e.record_id) AS dtypes,
     string_agg(
       e.fr_op || ' ' || CASE WHEN e.input_sizes = e.output_sizes THEN e.input_sizes ELSE e.input_sizes || ' -> ' || e.output_sizes END
-        || ' ' || array_to_string(list_distinct(list_concat(
-          TRY(from_json(e.input_dtypes, '["VARCHAR"]')), TRY(from_json(e.output_dtypes, '["VARCHAR"]')))), '/'),
+        || ' ' || regexp_replace(
+          CASE WHEN e.input_dtypes = e.output_dtypes THEN e.input_dtypes ELSE e.input_dtypes || ' -> ' || e.output_dtypes END,
+          '[\["\] ]', '', 'g'),
       ' + ' ORDER BY e.record_id
     ) AS call_text,
     bool_or(e.op IN ('alltoall', 'gather', 'scatter')) AS uneven,
@@ -85,10 +86,10 @@ coverage AS (
   FROM (SELECT group_key, rank, min(seq_id) AS first_seq FROM calls GROUP BY group_key, rank)
   GROUP BY group_key
 ),
-collectives AS (
+collectives AS MATERIALIZED (
   SELECT
     c.group_key, c.seq_id, any_value(c.recorder) AS recorder, any_value(c.pg_name) AS pg_name,
-    any_value(c.pg_desc) AS pg_desc, any_value(c.members) AS members, min(c.created_ns) AS first_created_ns,
+    any_value(c.pg_desc) AS pg_desc, min(c.created_ns) AS first_created_ns,
     max(c.timeout_ns) AS timeout_ns, bool_or(c.uneven) AS uneven, bool_or(c.alltoall) AS alltoall,
     sum(c.in_elements) AS in_total, sum(c.out_elements) AS out_total
   FROM calls AS c
@@ -96,13 +97,16 @@ collectives AS (
   WHERE c.seq_id >= v.from_seq
   GROUP BY c.group_key, c.seq_id
 ),
-signatures AS (
+groups AS (
+  SELECT DISTINCT group_key, members FROM _fr_groups
+),
+signatures AS MATERIALIZED (
   SELECT group_key, seq_id, ops, sizes, dtypes, any_value(call_text) AS call_text,
-    list(rank ORDER BY rank) AS ranks, count(*) AS n
+    list_sort(list(rank)) AS ranks, count(*) AS n
   FROM calls
   GROUP BY group_key, seq_id, ops, sizes, dtypes
 ),
-majority AS (
+majority AS MATERIALIZED (
   -- What most members called; on a tie, what the lowest rank called.
   SELECT *, n > coalesce(lead(n) OVER (PARTITION BY group_key, seq_id ORDER BY n DESC, ranks[1]), 0) AS has_majority
   FROM signatures
@@ -110,64 +114,73 @@ majority AS (
 ),
 members AS (
   SELECT
-    k.group_key,
-    k.seq_id,
+    x.group_key,
+    x.seq_id,
     x.rank,
     c.rank IS NOT NULL AS entered,
     d.rank IS NULL AS without_dump,
     c.rank IS NULL AND d.rank IS NOT NULL
-      AND (d.dumped_at_ns IS NULL OR d.dumped_at_ns >= k.first_created_ns + p.late_ns) AS missing,
+      AND (d.dumped_at_ns IS NULL OR d.dumped_at_ns >= x.first_created_ns + p.late_ns) AS missing,
     c.rank IS NOT NULL AND NOT c.finished AS unfinished,
     c.ops <> m.ops AS op_differs,
-    NOT k.uneven AND c.sizes <> m.sizes AS size_differs,
+    NOT x.uneven AND c.sizes <> m.sizes AS size_differs,
     c.dtypes <> m.dtypes AS dtype_differs,
     NOT c.finished AND d.dumped_at_ns - c.created_ns >= c.timeout_ns AS overdue
-  FROM collectives AS k
+  FROM (
+    SELECT k.group_key, k.seq_id, k.recorder, k.first_created_ns, k.uneven, unnest(g.members) AS rank
+    FROM collectives AS k JOIN groups AS g USING (group_key)
+  ) AS x
   CROSS JOIN params AS p
-  CROSS JOIN LATERAL (SELECT unnest(k.members) AS rank) AS x
   JOIN majority AS m USING (group_key, seq_id)
-  LEFT JOIN calls AS c ON c.group_key = k.group_key AND c.seq_id = k.seq_id AND c.rank = x.rank
-  LEFT JOIN fr_dumps AS d ON d.rank = x.rank AND d.recorder = k.recorder
+  LEFT JOIN calls AS c ON c.group_key = x.group_key AND c.seq_id = x.seq_id AND c.rank = x.rank
+  LEFT JOIN fr_dumps AS d ON d.rank = x.rank AND d.recorder = x.recorder
 ),
 judged AS (
   SELECT
+    group_key,
+    seq_id,
+    coalesce(list_sort(list(rank) FILTER (WHERE entered)), []) AS entered_ranks,
+    coalesce(list_sort(list(rank) FILTER (WHERE missing)), []) AS missing_ranks,
+    coalesce(list_sort(list(rank) FILTER (WHERE unfinished)), []) AS unfinished_ranks,
+    coalesce(list_sort(list(rank) FILTER (WHERE op_differs OR size_differs OR dtype_differs)), []) AS mismatched_ranks,
+    coalesce(list_sort(list(rank) FILTER (WHERE without_dump)), []) AS unknown_ranks,
+    coalesce(bool_or(op_differs), false) AS op_mismatch,
+    coalesce(bool_or(size_differs), false) AS size_mismatch,
+    coalesce(bool_or(dtype_differs), false) AS dtype_mismatch,
+    bool_and(entered) AS all_entered,
+    coalesce(bool_or(overdue), false) AS overdue
+  FROM members
+  GROUP BY group_key, seq_id
+),
+problems AS MATERIALIZED (
+  SELECT
     k.*,
+    j.* EXCLUDE (group_key, seq_id),
+    g.members,
     m.ops AS majority_ops,
     m.has_majority,
-    coalesce(list(x.rank ORDER BY x.rank) FILTER (WHERE x.entered), []) AS entered_ranks,
-    coalesce(list(x.rank ORDER BY x.rank) FILTER (WHERE x.missing), []) AS missing_ranks,
-    coalesce(list(x.rank ORDER BY x.rank) FILTER (WHERE x.unfinished), []) AS unfinished_ranks,
-    coalesce(list(x.rank ORDER BY x.rank) FILTER (WHERE x.op_differs OR x.size_differs OR x.dtype_differs), []) AS mismatched_ranks,
-    coalesce(list(x.rank ORDER BY x.rank) FILTER (WHERE x.without_dump), []) AS unknown_ranks,
-    coalesce(bool_or(x.op_differs), false) AS op_mismatch,
-    coalesce(bool_or(x.size_differs), false) AS size_mismatch,
-    coalesce(bool_or(x.dtype_differs), false) AS dtype_mismatch,
-    bool_and(x.entered) AS all_entered,
-    coalesce(bool_or(x.overdue), false) AS overdue
-  FROM collectives AS k
-  JOIN members AS x USING (group_key, seq_id)
-  JOIN majority AS m USING (group_key, seq_id)
-  GROUP BY ALL
-),
-problems AS (
-  SELECT
-    *,
     CASE
-      WHEN len(missing_ranks) > 0 THEN 'rank missing'
-      WHEN op_mismatch THEN 'op mismatch'
-      WHEN size_mismatch OR (alltoall AND all_entered AND in_total <> out_total) THEN 'size mismatch'
-      WHEN dtype_mismatch THEN 'dtype mismatch'
-      WHEN all_entered AND overdue THEN 'stuck'
+      WHEN len(j.missing_ranks) > 0 THEN 'rank missing'
+      WHEN j.op_mismatch THEN 'op mismatch'
+      WHEN j.size_mismatch OR (k.alltoall AND j.all_entered AND k.in_total <> k.out_total) THEN 'size mismatch'
+      WHEN j.dtype_mismatch THEN 'dtype mismatch'
+      WHEN j.overdue AND len(j.entered_ranks) + len(j.unknown_ranks) = len(g.members) THEN 'stuck'
     END AS problem,
-    group_text(pg_desc, pg_name) AS group_words,
-    majority_ops || ' #' || seq_id || ' of ' || group_text(pg_desc, pg_name) AS call_words,
-    printf('%g s', timeout_ns / 1e9) AS timeout_words
-  FROM judged
+    group_text(k.pg_desc, k.pg_name) AS group_words,
+    m.ops || ' #' || k.seq_id || ' of ' || group_text(k.pg_desc, k.pg_name) AS call_words,
+    printf('%g s', k.timeout_ns / 1e9) AS timeout_words
+  FROM collectives AS k
+  JOIN judged AS j USING (group_key, seq_id)
+  JOIN groups AS g USING (group_key)
+  JOIN majority AS m USING (group_key, seq_id)
+  WHERE len(j.missing_ranks) > 0 OR j.op_mismatch OR j.size_mismatch OR j.dtype_mismatch OR j.overdue
+    OR (k.alltoall AND j.all_entered AND k.in_total <> k.out_total)
 ),
 details AS (
-  SELECT group_key, seq_id, string_agg(ranks_text(ranks) || ': ' || call_text, '; ' ORDER BY ranks[1]) AS detail
-  FROM signatures
-  GROUP BY group_key, seq_id
+  SELECT s.group_key, s.seq_id, string_agg(ranks_text(s.ranks) || ': ' || s.call_text, '; ' ORDER BY s.ranks[1]) AS detail
+  FROM signatures AS s
+  SEMI JOIN problems AS p USING (group_key, seq_id)
+  GROUP BY s.group_key, s.seq_id
 ),
 latest AS (
   -- Each rank's newest entry in its recorder, whatever its group: what it was doing last.
@@ -225,9 +238,10 @@ SELECT
         || CASE WHEN len(p.entered_ranks) > 0 THEN ': ' || ranks_text(p.entered_ranks) || ' waited in it (timeout ' || p.timeout_words || ')' ELSE '' END
         || coalesce('; ' || w.words, '')
     WHEN 'stuck' THEN
-      'every rank of ' || p.group_words || ' entered ' || p.majority_ops || ' #' || p.seq_id || ', and '
-        || ranks_text(p.unfinished_ranks) || ' had not finished it when dumped, past its ' || p.timeout_words
-        || ' timeout: the collective itself hung (the network, a device or the library), not the order of calls'
+      ranks_text(p.unfinished_ranks) || ' had not finished ' || p.call_words || ' when dumped, past its '
+        || p.timeout_words || ' timeout, and every member '
+        || CASE WHEN len(p.unknown_ranks) > 0 THEN 'that left a dump ' ELSE '' END
+        || 'entered it: the collective itself hung (the network, a device or the library), not the order of calls'
     ELSE
       CASE WHEN p.has_majority
         THEN ranks_text(p.mismatched_ranks) || '''s collective #' || p.seq_id || ' of ' || p.group_words || ' differs from '

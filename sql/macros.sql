@@ -144,9 +144,22 @@ CREATE OR REPLACE TEMP MACRO normal_tail(t, x) AS
 CREATE OR REPLACE TEMP MACRO normal_sf(z) AS
   CASE WHEN z >= 0 THEN normal_tail(1 / (1 + 0.2316419 * z), z) ELSE 1 - normal_tail(1 / (1 - 0.2316419 * z), -z) END;
 
--- Ranks in words, for verdicts: `rank 2`, `ranks 0, 1, 3`.
-CREATE OR REPLACE TEMP MACRO ranks_text(ranks) AS
-  CASE WHEN len(ranks) = 1 THEN 'rank ' ELSE 'ranks ' END || array_to_string(list_sort(ranks), ', ');
+-- Ranks in words, for verdicts: `rank 2`, `ranks 0, 1, 3`, and runs of three or more as ranges:
+-- `ranks 0-6, 8-255`. A run starts where a rank does not follow the one before, and ends where
+-- the next does not follow it.
+CREATE OR REPLACE TEMP MACRO ranks_text(ranks) AS (
+  WITH sorted AS (SELECT list_sort(ranks) AS r),
+  runs AS (
+    SELECT r,
+      list_filter(r, lambda x, i: i = 1 OR x <> r[i - 1] + 1) AS starts,
+      list_filter(r, lambda x, i: i = len(r) OR r[i + 1] <> x + 1) AS ends
+    FROM sorted
+  )
+  SELECT CASE WHEN len(r) = 1 THEN 'rank ' ELSE 'ranks ' END || array_to_string(list_transform(list_zip(starts, ends),
+    lambda run: CASE run[2] - run[1] WHEN 0 THEN CAST(run[1] AS VARCHAR) WHEN 1 THEN run[1] || ', ' || run[2]
+                ELSE run[1] || '-' || run[2] END), ', ')
+  FROM runs
+);
 
 -- A process group in words: its description (`default_pg`, `tp`), else its name.
 CREATE OR REPLACE TEMP MACRO group_text(pg_desc, pg_name) AS

@@ -356,3 +356,30 @@ def test_recorded_durations_give_bus_bandwidth_between_profiled_steps(clean, tmp
         factor = {"allreduce": 2 * (RANKS - 1) / RANKS, "broadcast": 1.0}[row["op"]]
         assert row["busbw_gbps"] == pytest.approx(8 * row["bytes"] / row["dur_ns"] * factor)
         assert row["transfer_busbw_gbps"] == pytest.approx(8 * row["bytes"] / 500_000 * factor)
+
+
+def test_a_collective_entered_by_all_and_finished_by_none_past_its_timeout_is_stuck(clean, tmp_path, warehouse):
+    """gloo gives up on a collective at its timeout; NCCL's recorder shows a hung one as entries
+    started and never completed, dumped by its watchdog past the timeout. A clean run's last
+    collective written that way on ranks 0 and 1, dumped 5 s into its 3 s timeout, and rank 2's
+    dump left out, as a rank that died leaves none: the collective itself is stuck."""
+    run = tmp_path / "stuck"
+    shutil.copytree(clean[0], run)
+    (run / "manifest.json").write_text(json.dumps(json.loads((run / "manifest.json").read_text()) | {"run_id": "stuck"}))
+    (run / "fr" / "rank2.json").unlink()
+    for rank in (0, 1):
+        path = run / "fr" / f"rank{rank}.json"
+        dump = json.loads(path.read_text())
+        last = dump["entries"][-1]
+        last.update(state="started", retired=False, time_discovered_started_ns=last["time_created_ns"] + 1000)
+        dump["wirespeed"]["dumped_at_ns"] = last["time_created_ns"] + 5 * 10**9
+        path.write_text(json.dumps(dump))
+    ingested(run, warehouse)
+    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'stuck'")
+    assert (row["problem"], row["seq_id"], row["op"]) == ("stuck", STEPS * PER_STEP, "broadcast")
+    assert [json.loads(row[k]) for k in ("entered_ranks", "unfinished_ranks", "unknown_ranks", "missing_ranks")] == [[0, 1], [0, 1], [2], []]
+    assert row["verdict"] == (
+        f"ranks 0, 1 had not finished broadcast #{STEPS * PER_STEP} of default_pg when dumped, past its 3 s timeout, and every "
+        "member that left a dump entered it: the collective itself hung (the network, a device or the library), not the "
+        "order of calls; rank 2 left no dump"
+    )
