@@ -233,15 +233,13 @@ class Recorder:
 
 
 def _recorders() -> list[tuple[str, object]]:
-    """(recorder, its JSON dump function): the generic one (gloo, CPU), and NCCL's on builds with it."""
+    """(recorder, its JSON dump function): the generic one (gloo, CPU), and NCCL's on builds with
+    it; none on a torch without distributed support or without JSON dumps."""
     import torch
 
-    c10d = torch._C._distributed_c10d
-    found = [("generic", c10d._dump_fr_trace_json)]
-    nccl = getattr(c10d, "_dump_nccl_trace_json", None)
-    if nccl is not None:
-        found.append(("nccl", nccl))
-    return found
+    c10d = getattr(torch._C, "_distributed_c10d", None)
+    functions = (("generic", "_dump_fr_trace_json"), ("nccl", "_dump_nccl_trace_json"))
+    return [(recorder, getattr(c10d, name)) for recorder, name in functions if hasattr(c10d, name)]
 
 
 def _process_groups() -> list[dict]:
