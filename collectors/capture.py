@@ -8,9 +8,11 @@
             capture.step()
 
 Run under `wirespeed collect`, the run folder comes from the environment and the launcher samples
-the host's counters; otherwise pass `run_dir`, and local rank 0 of each host samples them. Profiling
-must never break training: if the profiler or the sampler fails, the failure is written to the
-rank's file (and so to the manifest) and training goes on.
+the host's counters; otherwise pass `run_dir`, and local rank 0 of each host samples them. Each rank
+also dumps PyTorch's Flight Recorder (every collective of every step) into `fr/` when the job ends
+or is signalled (collectors/flight_recorder.py). Profiling must never break training: if the
+profiler, the sampler or a dump fails, the failure is written to the rank's file (and so to the
+manifest) and training goes on.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from collectors import host, manifest, rundir
+from collectors import flight_recorder, host, manifest, rundir
 from collectors.sampler import Sampler
 
 
@@ -44,8 +46,13 @@ class Capture:
         sample_interval_s: float = 0.1,
         tags: dict[str, str] | None = None,
         run_id: str | None = None,
+        flight_recorder_dumps: bool = True,
     ):
-        """`record_shapes` is on because gloo collectives carry their sizes only in input shapes."""
+        """`record_shapes` is on because gloo collectives carry their sizes only in input shapes.
+
+        `flight_recorder_dumps` turns the Flight Recorder on (when `wirespeed collect` has not;
+        NCCL reads the variable when a process group is made, so create Capture before it) and
+        writes its dumps."""
         run_dir = run_dir or os.environ.get(rundir.ENV_RUN_DIR)
         if not run_dir:
             raise ValueError(f"no run folder: pass run_dir=, or start the job under `wirespeed collect` (sets {rundir.ENV_RUN_DIR})")
@@ -66,11 +73,22 @@ class Capture:
         self.rank = 0
         self.world_size = 1
         self.cycles = 0
+        self.recorder: flight_recorder.Recorder | None = None
+        self.flight_recorder_dumps = flight_recorder_dumps
+        if flight_recorder_dumps:
+            os.environ.setdefault(flight_recorder.ENV_BUFFER, str(flight_recorder.BUFFER_ENTRIES))
 
     # --- the profiler, guarded ---------------------------------------------------------------
 
     def __enter__(self) -> Capture:
         self.rank, self.world_size = _rank_and_world()
+        if self.flight_recorder_dumps:
+            try:
+                self.recorder = flight_recorder.Recorder(self.run_dir, self.rank, self.world_size)
+                self.recorder.start()
+            except Exception as failure:  # the dumps are optional; training is not
+                self.recorder = None
+                self._fail("flight recorder", failure)
         try:
             (self.run_dir / rundir.TRACES).mkdir(parents=True, exist_ok=True)
         except OSError as failure:  # nowhere to write traces: train without profiling
@@ -108,7 +126,9 @@ class Capture:
         except Exception as failure:
             self._fail("step", failure)
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.recorder is not None:
+            self._stop_recorder(exc)
         if self.profiler is not None:
             try:
                 self.profiler.__exit__(None, None, None)
@@ -122,6 +142,16 @@ class Capture:
                 self._finish_without_launcher()
         except Exception as failure:  # a run folder we cannot write must not fail the job
             warnings.warn(f"wirespeed: could not describe rank {self.rank} in {self.run_dir}: {failure}", stacklevel=2)
+
+    def _stop_recorder(self, exc: BaseException | None) -> None:
+        """The last dump: at the end, or on the exception that ends the job (a collective's timeout)."""
+        reason = "end" if exc is None else f"exception: {''.join(traceback.format_exception_only(exc)).strip()[:500]}"
+        try:
+            self.recorder.stop(reason, exc)
+        except Exception as failure:
+            self._fail("flight recorder", failure)
+        for failure in self.recorder.failures:
+            self.failures.append({"stage": "flight recorder", "error": failure, "at_ns": time.time_ns()})
 
     def _export(self, profiler: torch.profiler.profile) -> None:
         name = f"rank{self.rank}{self.suffix}" if self.cycles == 0 else f"rank{self.rank}.cycle{self.cycles}{self.suffix}"
@@ -142,7 +172,8 @@ class Capture:
         self.profiler = None if stage in ("start", "step") else self.profiler
         detail = "".join(traceback.format_exception_only(type(failure), failure)).strip()
         self.failures.append({"stage": stage, "error": detail, "at_ns": time.time_ns()})
-        warnings.warn(f"wirespeed: profiler {stage} failed on rank {self.rank}, training continues: {detail}", stacklevel=3)
+        what = stage if stage == "flight recorder" else f"profiler {stage}"
+        warnings.warn(f"wirespeed: {what} failed on rank {self.rank}, training continues: {detail}", stacklevel=3)
 
     # --- what the rank knows about itself ----------------------------------------------------
 

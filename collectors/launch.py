@@ -1,7 +1,8 @@
 """`wirespeed collect`: run a training command so that it leaves a complete run folder behind.
 
 It creates the run folder, sets up NCCL's debug logging into it (one file per process, with
-timestamps where NCCL supports them), tells the training processes where the folder is, samples the
+timestamps where NCCL supports them), turns PyTorch's Flight Recorder on (and NCCL's dump of it on
+a timeout), tells the training processes where the folder is, samples the
 host's network and CPU counters while the command runs, and once the command has exited (every rank
 has finished) writes the manifest and the `_DONE` marker, whatever the command's exit status: a
 failed run is still worth analysing.
@@ -23,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-from collectors import host, manifest, rundir
+from collectors import flight_recorder, host, manifest, rundir
 from collectors.sampler import Sampler, safe_host
 
 # NCCL's INIT lines give communicators, ranks, devices and transports; COLL lines give every
@@ -75,10 +76,10 @@ def collect(
         raise FileExistsError(f"{run_dir} has finished already: choose another --run-id")
     if host_file.exists():
         raise FileExistsError(f"{run_dir} already has a launch from this host ({host_file.name}): choose another --run-id")
-    for folder in (rundir.TRACES, rundir.RANKS, rundir.NCCL, rundir.HOSTS):
+    for folder in (rundir.TRACES, rundir.RANKS, rundir.NCCL, rundir.HOSTS, rundir.FR):
         (run_dir / folder).mkdir(parents=True, exist_ok=True)
     environment = dict(os.environ)
-    for name, value in NCCL_ENV.items():
+    for name, value in (NCCL_ENV | flight_recorder.launch_environment(run_dir)).items():
         environment.setdefault(name, value)
     environment["NCCL_DEBUG_FILE"] = str(run_dir / rundir.NCCL / "nccl.%h.%p.log")
     environment[rundir.ENV_RUN_DIR] = str(run_dir.absolute())
@@ -130,13 +131,23 @@ def _last_to_finish(run_dir: Path, nnodes: int) -> bool:
 
 def _run(command: list[str], environment: dict[str, str], output: Path | None) -> int:
     """Run the command in the foreground, passing SIGINT/SIGTERM on so it can stop cleanly; its
-    output goes to this terminal, or to the file `output`."""
-    if output is None:
-        child = subprocess.Popen(command, env=environment)
-    else:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        with open(output, "ab") as handle:
-            child = subprocess.Popen(command, env=environment, stdout=handle, stderr=subprocess.STDOUT)
+    output goes to this terminal, or to the file `output`.
+
+    SIGUSR1 asks the ranks for a Flight Recorder dump (collectors/flight_recorder.py). It is
+    ignored here and in every process of the job that does not handle it, as the launchers
+    (torchrun, a multiprocessing parent) do not: sent to the whole job, as a scheduler sends it,
+    it dumps the ranks and ends nothing."""
+    usr1 = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    try:
+        if output is None:
+            child = subprocess.Popen(command, env=environment)
+        else:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            with open(output, "ab") as handle:
+                child = subprocess.Popen(command, env=environment, stdout=handle, stderr=subprocess.STDOUT)
+    except BaseException:
+        signal.signal(signal.SIGUSR1, usr1)
+        raise
     forwarded = {}
 
     def forward(signum, _frame):
@@ -149,3 +160,4 @@ def _run(command: list[str], environment: dict[str, str], output: Path | None) -
     finally:
         for signum, previous in forwarded.items():
             signal.signal(signum, previous)
+        signal.signal(signal.SIGUSR1, usr1)

@@ -4,6 +4,7 @@
         traces/rank<R>.pt.trace.json      one profiler trace per rank (per cycle: rank<R>.cycle<K>...)
         ranks/rank<R>.json               what each rank knows about itself (host, device, link, failures)
         nccl/nccl.<host>.<pid>.log        NCCL debug log, one per process
+        fr/rank<R>.json                  the rank's Flight Recorder dump, JSON (rank<R>.nccl.json: NCCL's)
         samples/{net,cpu}.<host>.csv      network and CPU counters, sampled on one process per host
         hosts/<host>.json                 each host's `wirespeed collect`: command, exit code, times
         output/<host>.log                 the job's own output, when collected quietly (the demo)
@@ -21,6 +22,7 @@ from pathlib import Path
 TRACES = "traces"
 RANKS = "ranks"
 NCCL = "nccl"
+FR = "fr"
 HOSTS = "hosts"
 OUTPUT = "output"
 # Created exclusively by the one launcher that writes the manifest of a multi-host run.

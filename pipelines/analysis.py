@@ -42,6 +42,7 @@ BUILD_ORDER = (
     "step_comm_groups",
     "rank_breakdown",
     "collective_sync",
+    "_fr_groups",
     "collective_bw",
     "step_sync",
     "net_utilization",
@@ -56,6 +57,7 @@ BUILD_ORDER = (
     "whatif_targets",
     "whatif_dimensions",
     "nccl_crosscheck",
+    "fr_mismatches",
 )
 # Built in Python, not SQL, just before the what-if costs: the run's what-if grid (its N and its
 # line rate) and the replay over it, as the tables the what-if SQL reads. It reads what its own

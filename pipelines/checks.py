@@ -164,5 +164,22 @@ def exposure_attributed(con: duckdb.DuckDBPyConnection) -> Outcome:
     return Outcome(passed, summary, {"steps": total, "steps_not_adding_up": bad})
 
 
+@check_on("fr_mismatches")
+def collectives_agree_across_ranks(con: duckdb.DuckDBPyConnection) -> Outcome:
+    """Every rank entered every collective of its groups, and called it as the others did (Flight Recorder)."""
+    dumps, problems = _one(con, "SELECT (SELECT count(*) FROM fr_dumps), (SELECT count(*) FROM fr_mismatches)")
+    if not problems:
+        summary = (
+            f"the {dumps} Flight Recorder dumps agree: no rank missed a collective or called it differently"
+            if dumps else "the run has no Flight Recorder dumps to compare"
+        )
+        return Outcome(True, summary, {"dumps": dumps, "problems": 0})
+    (first,) = con.execute(
+        "SELECT verdict FROM fr_mismatches ORDER BY NOT is_first, first_created_ns, pg_name, seq_id LIMIT 1"
+    ).fetchall()[0]
+    more = f" ({problems - 1} more in fr_mismatches)" if problems > 1 else ""
+    return Outcome(False, f"{first}{more}", {"dumps": dumps, "problems": problems})
+
+
 PARSE_CHECKS = (ranks_match_world_size, no_negative_durations, no_skipped_data)
-ANALYSIS_CHECKS = (steps_found, communication_found, breakdown_adds_up, exposure_attributed)
+ANALYSIS_CHECKS = (steps_found, communication_found, breakdown_adds_up, exposure_attributed, collectives_agree_across_ranks)

@@ -41,10 +41,12 @@ class IngestResult:
     full_rate_sf: float | None = None  # the what-if: scaling factor at full line rate
     estimated_sf: float | None = None  # 1 - exposed share: the scaling factor now
     regressions: list[str] = field(default_factory=list)  # what regressed against the job's baseline
+    hang: str | None = None  # the Flight Recorders' first problem in words: why the job hung or desynced
 
     def describe(self) -> str:
         if not self.success:
             return f"{self.run_id}: FAILED: {self.error}"
+        hang = f"{self.hang}; " if self.hang else ""
         share = f"exposed communication {self.exposed_comm_share:.1%} of step time" if self.exposed_comm_share is not None else ""
         share += f", mostly {self.waits_for}; " if share and self.waits_for else "; " if share else ""
         facts = []
@@ -56,7 +58,7 @@ class IngestResult:
         facts = "".join(f"; {fact}" for fact in facts)
         checks = f"; checks failed: {', '.join(self.failed_checks)}" if self.failed_checks else ""
         regressed = f"; REGRESSED: {'; '.join(self.regressions)}" if self.regressions else ""
-        return f"{self.run_id}: {share}{self.bottleneck}{facts}{checks}{regressed}; report {self.report}"
+        return f"{self.run_id}: {hang}{share}{self.bottleneck}{facts}{checks}{regressed}; report {self.report}"
 
 
 class BarProgress:
@@ -104,7 +106,7 @@ def ingest_paths(
     sizes = {}
     for name, path in runs:
         source = discover(path)
-        sizes[name] = sum(p.stat().st_size for p in source.trace_files + source.nccl_log_files if p.exists())
+        sizes[name] = source.input_bytes
         store.register_source(name, path, overrides)
     runner = ThroughDagster(store, names) if os.environ.get("DAGSTER_HOME") else Directly(store, sizes)
     outcomes = {}
@@ -117,7 +119,7 @@ def ingest_paths(
         for line in outcome.warnings:
             print(f"wirespeed ingest: {line}", file=sys.stderr)
     ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
-    con = store.connect(settings.load(store.root).duckdb_config(), runs=ingested, tables=("verdict", "regressions"))
+    con = store.connect(settings.load(store.root).duckdb_config(), runs=ingested, tables=("verdict", "regressions", "fr_mismatches"))
     try:
         return [_result(outcomes[name], name, path, store, con) for name, path in runs]
     finally:
@@ -308,4 +310,15 @@ def _result(outcome: StagesRun, run_id: str, path: Path, store: Warehouse, con) 
     return IngestResult(
         run_id, path, True, None, outcome.failed_checks, share, verdict["bottleneck"], store.report_path(run_id), waits_for,
         verdict["link_gbps"], verdict["utilization"], verdict["full_rate_sf"], verdict["estimated_sf"], regressed,
+        _hang(sql.report_rows(con, "fr_verdict")),
     )
+
+
+def _hang(rows: list[dict]) -> str | None:
+    """The Flight Recorders' verdict for the result line: HANG (a rank missing, a collective stuck) or MISMATCH."""
+    if not rows:
+        return None
+    (first,) = rows
+    label = "HANG" if first["problem"] in ("rank missing", "stuck") else "MISMATCH"
+    more = f" (and {first['problems'] - 1} more problems in fr_mismatches)" if first["problems"] > 1 else ""
+    return f"{label}: {first['verdict']}{more}"

@@ -8,6 +8,9 @@ classified one by one, at its top and in every subfolder (the collector's `trace
 - NCCL logs: `.log`, `.txt`, `.out`, `.err` files, and any other file with a line near its start
   that only NCCL writes (a job's stdout saved without a suffix, a compressed log);
 - counters: the collector's `net.<host>.csv` and `cpu.<host>.csv`;
+- Flight Recorder dumps: JSON (`fr/rank<R>.json`, or any file that begins like one, such as
+  torch's `nccl_trace_rank_<R>`); a dump in pickle form is recognised by its first bytes and
+  refused (ingest names it in `parse_issues`: wirespeed never unpickles);
 - the collector's `manifest.json` at the top, and `ranks/*.json` and `hosts/*.json`, which the
   manifest is made from: when a run died before its manifest was written, it is made from them;
 - the collector's markers, `_DONE` and `hosts/.finishing`.
@@ -27,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collectors import fr_format
 from collectors import manifest as collector_manifest
 from collectors import rundir
 from pipelines.issues import ParseIssue
@@ -35,7 +39,7 @@ MANIFEST = rundir.MANIFEST
 DONE_MARKER = rundir.DONE
 TRACE_SUFFIXES = (".json", ".json.gz")
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
-COLLECTOR_FOLDERS = (rundir.TRACES, rundir.NCCL, "samples", rundir.RANKS, rundir.HOSTS, rundir.OUTPUT)
+COLLECTOR_FOLDERS = (rundir.TRACES, rundir.NCCL, "samples", rundir.RANKS, rundir.HOSTS, rundir.OUTPUT, rundir.FR)
 _STRIP_SUFFIXES = (".gz", ".json", ".trace", ".pt", ".log", ".txt", ".out", ".err")
 # A file of another name is an NCCL log if its start holds a line only NCCL writes: a debug line
 # (whatever prefixes a launcher adds), a version banner, an nccl-tests header, a profiler-plugin
@@ -53,15 +57,22 @@ _NCCL_LINE = re.compile(
 class RunSource:
     run_id: str
     path: Path
-    kind: str  # "collector", "trace folder", "trace file", "log folder" or "log file"
+    kind: str  # "collector", "trace folder", "trace file", "log folder", "log file", "flight recorder folder" or "... file"
     trace_files: list[Path]
     manifest: dict = field(default_factory=dict)
     issues: list[ParseIssue] = field(default_factory=list)
     nccl_log_files: list[Path] = field(default_factory=list)
     net_sample_files: list[Path] = field(default_factory=list)
     cpu_sample_files: list[Path] = field(default_factory=list)
+    fr_dump_files: list[Path] = field(default_factory=list)  # JSON
+    fr_pickle_files: list[Path] = field(default_factory=list)  # refused at ingest, named in parse_issues
     # Values the user gave at ingest time (`--link-gbps`, ...), which win over the manifest's.
     overrides: dict = field(default_factory=dict)
+
+    @property
+    def input_bytes(self) -> int:
+        """The bytes of the files whose reading dominates a parse: traces, NCCL logs, recorder dumps."""
+        return sum(p.stat().st_size for p in self.trace_files + self.nccl_log_files + self.fr_dump_files if p.exists())
 
 
 def run_id_for(path: Path) -> str:
@@ -88,6 +99,11 @@ def discover(path: Path, run_id: str | None = None) -> RunSource:
         raise FileNotFoundError(f"{path} does not exist")
     run_id = run_id or run_id_for(path)
     if path.is_file():
+        dump = fr_format.sniff(_head(path))
+        if dump == "json":
+            return RunSource(run_id, path, "flight recorder file", [], fr_dump_files=[path])
+        if dump == "pickle":
+            return RunSource(run_id, path, "flight recorder file", [], fr_pickle_files=[path])
         if path.name.endswith(TRACE_SUFFIXES):
             return RunSource(run_id, path, "trace file", [path])
         return RunSource(run_id, path, "log file", [], nccl_log_files=[path])
@@ -102,21 +118,37 @@ def discover(path: Path, run_id: str | None = None) -> RunSource:
             described = True
         elif name.startswith("."):
             source.issues.append(_skipped(file, "a hidden file"))
-        elif name.endswith(TRACE_SUFFIXES):
-            source.trace_files.append(file)
         elif name.endswith(".csv") and name.startswith(("net.", "cpu.")):
             (source.net_sample_files if name.startswith("net.") else source.cpu_sample_files).append(file)
-        elif name.endswith(LOG_SUFFIXES) or _has_nccl_lines(file):
-            source.nccl_log_files.append(file)
         else:
-            source.issues.append(_skipped(file, "neither a trace, an NCCL log, a counter sample nor a manifest"))
+            _classify(file, _head(file), source)
     collector = (path / MANIFEST).exists() or any((path / folder).is_dir() for folder in COLLECTOR_FOLDERS)
     if collector:
         source.kind = "collector"
         source.manifest = _read_manifest(path / MANIFEST, source.issues, described)
+    elif source.trace_files or not (source.nccl_log_files or source.fr_dump_files or source.fr_pickle_files):
+        source.kind = "trace folder"
     else:
-        source.kind = "trace folder" if source.trace_files or not source.nccl_log_files else "log folder"
+        source.kind = "log folder" if source.nccl_log_files else "flight recorder folder"
     return source
+
+
+def _classify(file: Path, head: bytes, source: RunSource) -> None:
+    """File a file that is not the collector's own by what its first bytes say it is."""
+    name = file.name
+    dump = fr_format.sniff(head)
+    if dump == "json":
+        source.fr_dump_files.append(file)
+    elif dump == "pickle":
+        source.fr_pickle_files.append(file)
+    elif name.endswith(TRACE_SUFFIXES):
+        source.trace_files.append(file)
+    elif fr_format.is_pickle(head):
+        source.issues.append(_skipped(file, "a pickle, which wirespeed never loads (unpickling runs code)"))
+    elif name.endswith(LOG_SUFFIXES) or _NCCL_LINE.search(head):
+        source.nccl_log_files.append(file)
+    else:
+        source.issues.append(_skipped(file, "neither a trace, an NCCL log, a Flight Recorder dump, a counter sample nor a manifest"))
 
 
 def _files(folder: Path, issues: list[ParseIssue]) -> list[Path]:
@@ -138,17 +170,17 @@ def _skipped(file: Path, what: str) -> ParseIssue:
     return ParseIssue(str(file), None, None, "info", f"not read: {what}")
 
 
-def _has_nccl_lines(file: Path) -> bool:
-    """Whether the file's first bytes (decompressed, for gzip) hold a line only NCCL writes."""
+def _head(file: Path) -> bytes:
+    """The file's first bytes, decompressed for gzip; nothing when it cannot be read (its parser says why)."""
     try:
         with open(file, "rb") as raw:
             head = raw.read(_SNIFF_BYTES)
         if head.startswith(b"\x1f\x8b"):
             with gzip.open(file, "rb") as unpacked:
                 head = unpacked.read(_SNIFF_BYTES)
-    except (OSError, EOFError):
-        return False
-    return _NCCL_LINE.search(head) is not None
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return b""
+    return head
 
 
 def _read_manifest(path: Path, issues: list[ParseIssue], described: bool = False) -> dict:

@@ -55,6 +55,9 @@ PARSE_TABLES = (
     "nccl_calls",
     "nccl_messages",
     "nccl_tests_results",
+    "fr_dumps",
+    "fr_entries",
+    "fr_process_groups",
     "parse_issues",
 )
 ANALYSIS_TABLES = (
@@ -75,6 +78,7 @@ ANALYSIS_TABLES = (
     "whatif_targets",
     "whatif_dimensions",
     "nccl_crosscheck",
+    "fr_mismatches",
 )
 TABLES = PARSE_TABLES + ANALYSIS_TABLES
 # Tables over all runs, rebuilt whole by scheduled roll-ups.

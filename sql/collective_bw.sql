@@ -13,6 +13,13 @@
 -- rate when one was given (else its utilisation is NULL and link_source says why); an inter-node
 -- one with the NIC's line rate; one of unknown scope is assumed to cross the network.
 --
+-- Where the Flight Recorder timed its collectives (fr_entries.duration_ns: NCCL with
+-- TORCH_NCCL_ENABLE_TIMING=1), those that no rank's trace covers join as well (`source` 'flight
+-- recorder'), so bandwidth and utilisation cover the whole run, not only its profiled steps. They
+-- are matched across ranks by group and sequence id; their start is when the rank issued them
+-- (the recorder's times are the host's), their step is unknown, their scope comes from the hosts
+-- of the group's ranks, and which rank arrived last is unknown.
+--
 -- Grain: one row per run, rank and collective instance.
 --
 -- Columns:
@@ -35,6 +42,7 @@
 --   link_gbps DOUBLE  Line rate of the link the scope implies, Gbit/s; NULL when unknown.
 --   link_source VARCHAR  Where link_gbps came from, or why it is missing.
 --   utilization DOUBLE  transfer_busbw_gbps / link_gbps (1.0 = line rate).
+--   source VARCHAR  'trace' (a profiled step) or 'flight recorder' (between profiled windows).
 WITH links AS (
   SELECT any_value(link_gbps) AS link_gbps, any_value(link_source) AS link_source,
     any_value(intra_link_gbps) AS intra_link_gbps, any_value(intra_link_source) AS intra_link_source
@@ -48,6 +56,60 @@ rated AS (
     busbw_factor(c.op, c.group_size) AS factor
   FROM collectives AS c
   JOIN collective_sync AS s USING (collective_key)
+),
+traced AS (
+  SELECT rank, collective_key, step, op, scope, group_size, bytes, start_ns, dur_ns, transfer_ns, last_rank, factor,
+    'trace' AS source
+  FROM rated
+),
+timed AS (
+  -- The recorder's timed collectives outside every trace of their rank, one per rank and
+  -- collective (a coalesced one's parts together).
+  SELECT
+    e.rank,
+    g.group_key,
+    'fr:' || g.group_key || ':' || e.seq_id AS collective_key,
+    any_value(e.op) FILTER (WHERE e.op <> 'coalesced') AS op,
+    any_value(g.group_size) AS group_size,
+    sum(e.bytes) FILTER (WHERE e.op <> 'coalesced') AS bytes,
+    min(e.time_created_ns) AS start_ns,
+    max(e.duration_ns) AS dur_ns
+  FROM fr_entries AS e
+  JOIN _fr_groups AS g USING (rank, recorder, pg_name)
+  WHERE e.duration_ns > 0 AND NOT e.is_p2p
+    AND NOT EXISTS (SELECT 1 FROM ranks AS r WHERE r.rank = e.rank AND e.time_created_ns BETWEEN r.first_ns AND r.last_ns)
+  GROUP BY e.rank, g.group_key, e.seq_id
+),
+rank_hosts AS (
+  SELECT rank, any_value(host) AS host
+  FROM (SELECT rank, host FROM fr_dumps UNION ALL SELECT rank, host FROM ranks)
+  WHERE host IS NOT NULL
+  GROUP BY rank
+),
+group_scopes AS (
+  -- A group on one host is intra-node, on several inter-node; with a host unknown, unknown.
+  SELECT
+    g.group_key,
+    CASE WHEN count(h.host) < count(*) THEN 'unknown' WHEN count(DISTINCT h.host) = 1 THEN 'intra' ELSE 'inter' END AS scope
+  FROM (SELECT DISTINCT group_key, unnest(members) AS rank FROM _fr_groups) AS g
+  LEFT JOIN rank_hosts AS h USING (rank)
+  GROUP BY g.group_key
+),
+recorded AS (
+  SELECT
+    t.rank, t.collective_key, CAST(NULL AS BIGINT) AS step, t.op, s.scope,
+    t.group_size, t.bytes, t.start_ns, t.dur_ns,
+    min(t.dur_ns) OVER (PARTITION BY t.collective_key) AS transfer_ns,
+    CAST(NULL AS INTEGER) AS last_rank,
+    busbw_factor(t.op, t.group_size) AS factor,
+    'flight recorder' AS source
+  FROM timed AS t
+  JOIN group_scopes AS s USING (group_key)
+),
+instances AS (
+  SELECT * FROM traced
+  UNION ALL
+  SELECT * FROM recorded
 )
 SELECT
   getvariable('run_id') AS run_id,
@@ -72,6 +134,7 @@ SELECT
     WHEN r.scope = 'unknown' AND l.link_gbps IS NOT NULL THEN l.link_source || ' (hosts unknown: assumed inter-node)'
     ELSE coalesce(l.link_source, 'unknown: no line rate was found or given')
   END AS link_source,
-  8.0 * r.bytes / r.transfer_ns * r.factor / CASE r.scope WHEN 'intra' THEN l.intra_link_gbps ELSE l.link_gbps END AS utilization
-FROM rated AS r, links AS l
+  8.0 * r.bytes / r.transfer_ns * r.factor / CASE r.scope WHEN 'intra' THEN l.intra_link_gbps ELSE l.link_gbps END AS utilization,
+  r.source
+FROM instances AS r, links AS l
 ORDER BY r.rank, r.start_ns

@@ -111,6 +111,20 @@ CREATE OR REPLACE TEMP MACRO dims_elements(input_dims) AS
     lambda dims: coalesce(list_product(dims), 1)
   )) AS BIGINT);
 
+-- Bytes of a list of tensors from their shapes and element types as the Flight Recorder writes
+-- them (JSON: `[[3, 1000], [5]]` and `["Float", "Half"]`). A shape of no dimension is a scalar (one
+-- element), no tensor at all is 0 bytes, and an unknown element type makes the whole NULL.
+CREATE OR REPLACE TEMP MACRO tensor_bytes(sizes, dtypes) AS (
+  WITH tensors AS (
+    SELECT list_zip(TRY(from_json(sizes, '[["BIGINT"]]')), TRY(from_json(dtypes, '["VARCHAR"]'))) AS t
+  )
+  SELECT CASE
+    WHEN len(t) = 0 THEN 0
+    WHEN list_bool_or(list_transform(t, lambda x: dtype_bytes(x[2]) IS NULL)) THEN NULL
+    ELSE CAST(list_sum(list_transform(t, lambda x: coalesce(list_product(x[1]), 1) * dtype_bytes(x[2]))) AS BIGINT)
+  END FROM tensors
+);
+
 -- nccl-tests' bus-bandwidth factor: what each rank sends, as a multiple of the message size S, in
 -- the ring algorithm. Bus bandwidth (algorithm bandwidth times this) is comparable with the link's
 -- line rate whatever the number of ranks n.
@@ -129,3 +143,30 @@ CREATE OR REPLACE TEMP MACRO normal_tail(t, x) AS
     * t * (0.319381530 + t * (-0.356563782 + t * (1.781477937 + t * (-1.821255978 + t * 1.330274429))));
 CREATE OR REPLACE TEMP MACRO normal_sf(z) AS
   CASE WHEN z >= 0 THEN normal_tail(1 / (1 + 0.2316419 * z), z) ELSE 1 - normal_tail(1 / (1 - 0.2316419 * z), -z) END;
+
+-- Ranks in words, for verdicts: `rank 2`, `ranks 0, 1, 3`, and runs of three or more as ranges:
+-- `ranks 0-6, 8-255`. A run starts where a rank does not follow the one before, and ends where
+-- the next does not follow it.
+CREATE OR REPLACE TEMP MACRO ranks_text(ranks) AS (
+  WITH sorted AS (SELECT list_sort(ranks) AS r),
+  runs AS (
+    SELECT r,
+      list_filter(r, lambda x, i: i = 1 OR x <> r[i - 1] + 1) AS starts,
+      list_filter(r, lambda x, i: i = len(r) OR r[i + 1] <> x + 1) AS ends
+    FROM sorted
+  )
+  SELECT CASE WHEN len(r) = 1 THEN 'rank ' ELSE 'ranks ' END || array_to_string(list_transform(list_zip(starts, ends),
+    lambda run: CASE run[2] - run[1] WHEN 0 THEN CAST(run[1] AS VARCHAR) WHEN 1 THEN run[1] || ', ' || run[2]
+                ELSE run[1] || '-' || run[2] END), ', ')
+  FROM runs
+);
+
+-- A process group in words: its description (`default_pg`, `tp`), else its name.
+CREATE OR REPLACE TEMP MACRO group_text(pg_desc, pg_name) AS
+  CASE WHEN coalesce(pg_desc, '') IN ('', 'undefined') THEN 'process group ' || pg_name ELSE pg_desc END;
+
+-- The innermost `n` frames of a stack written one `name (path:line)` per line, on one line, with
+-- the files' folders left out: `train (job.py:50) ← _wrap (spawn.py:87)`.
+CREATE OR REPLACE TEMP MACRO stack_brief(stack, n) AS
+  array_to_string(list_transform(string_split(stack, chr(10))[1:n], lambda f: regexp_replace(f, '\([^()]*/', '(')), ' ← ');
+

@@ -10,12 +10,13 @@
 -- Columns:
 --   run_id VARCHAR  The run's id: the manifest's, else the folder's or file's name.
 --   source_kind VARCHAR  'collector' (a run folder written by the collectors), 'trace folder',
---       'trace file', 'log folder' or 'log file'.
+--       'trace file', 'log folder', 'log file', 'flight recorder folder' or 'flight recorder file'.
 --   source_path VARCHAR  Where the raw inputs are; they are only ever read.
 --   job VARCHAR  The job tag the run was captured under, to group runs of one job.
 --   tags VARCHAR  All user tags from the manifest, as a JSON object.
 --   world_size INTEGER  Ranks in the job.
---   world_size_source VARCHAR  'manifest', 'trace' (distributedInfo) or 'ranks found'.
+--   world_size_source VARCHAR  'manifest', 'trace' (distributedInfo), 'flight recorder' (what the
+--       collector's dumps say, else how many ranks dumped) or 'ranks found'.
 --   ranks_found INTEGER  Distinct ranks with a trace in this run.
 --   backend VARCHAR  Process-group backend: nccl, gloo, ...
 --   hosts INTEGER  Distinct hosts the ranks ran on, where known.

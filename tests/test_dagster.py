@@ -148,6 +148,7 @@ def test_sensor_partition_materialisation(definitions, gloo_run, tmp_path):
     assert checks == {
         "ranks_match_world_size": True, "no_negative_durations": True, "no_skipped_data": True,
         "steps_found": True, "communication_found": True, "breakdown_adds_up": True, "exposure_attributed": True,
+        "collectives_agree_across_ranks": True,  # the Flight Recorder dumps of a clean run agree
         "no_regression": True,  # the job's first run: no baseline to be worse than
     }
     materialized = {event.asset_key.to_user_string() for event in outcome.get_asset_materialization_events()}

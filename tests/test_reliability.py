@@ -471,7 +471,7 @@ def test_file_names_with_quotes_spaces_and_unicode_ingest_and_are_named_exactly(
 
 
 def test_nothing_loads_pickles():
-    """No code path unpickles anything a user hands over (Flight Recorder dumps are not read)."""
+    """No code path unpickles anything a user hands over (Flight Recorder dumps are read as JSON only)."""
     pattern = re.compile(r"\b(import pickle|from pickle|pickle\.load|torch\.load|import dill|import shelve|marshal\.load)")
     offenders = [
         str(path) for folder in ("pipelines", "collectors") for path in (REPO / folder).rglob("*.py")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import pickle  # to write pickles that discovery must recognise, never to read them
 import shutil
 from pathlib import Path
 
@@ -36,7 +37,8 @@ def accounted_for(path: Path) -> set[Path]:
     """The files of the run at `path` that ingest reads or names in parse_issues, or that are the
     collector's own (manifest, markers, the ranks' and hosts' files the manifest is made from)."""
     source = discover(path)
-    found = set(source.trace_files + source.nccl_log_files + source.net_sample_files + source.cpu_sample_files)
+    found = set(source.trace_files + source.nccl_log_files + source.net_sample_files + source.cpu_sample_files
+                + source.fr_dump_files + source.fr_pickle_files)
     named = {Path(issue.file) for issue in source.issues}
     own = {p for p in path.rglob("*") if p.is_file() and (p.relative_to(path).parts[0] in ("ranks", "hosts") or p.name in ("manifest.json", "_DONE"))}
     return found | named | own
@@ -121,7 +123,7 @@ def test_bare_traces_and_what_is_not_an_input(tmp_path):
     source = discover(folder)
     assert source.kind == "trace folder" and [p.name for p in source.trace_files] == ["rank0.json.gz"]
     assert {(Path(i.file).name, i.severity, i.reason) for i in source.issues} == {
-        ("README.md", "info", "not read: neither a trace, an NCCL log, a counter sample nor a manifest"),
+        ("README.md", "info", "not read: neither a trace, an NCCL log, a Flight Recorder dump, a counter sample nor a manifest"),
         (".DS_Store", "info", "not read: a hidden file"),
     }
     assert accounted_for(folder) == every_file(folder)
@@ -142,8 +144,29 @@ def test_logs_are_known_by_their_lines_whatever_their_name(tmp_path):
     named = table_rows(store, "SELECT file, severity, reason FROM parse_issues WHERE severity = 'info' ORDER BY file")
     assert [(Path(r["file"]).name, r["reason"]) for r in named] == [
         ("empty.log", "read as an NCCL log, but no line in it is one wirespeed reads"),
-        ("model.bin", "not read: neither a trace, an NCCL log, a counter sample nor a manifest"),
+        ("model.bin", "not read: neither a trace, an NCCL log, a Flight Recorder dump, a counter sample nor a manifest"),
     ]
+
+
+def test_flight_recorder_dumps_are_known_by_their_first_bytes(tmp_path):
+    """JSON dumps under any name are read; a pickle dump is listed to be refused, any other pickle
+    named; a trace that mentions the recorder's groups stays a trace."""
+    folder = tmp_path / "run"
+    dump = {"comm_lib_version": "", "entries": [{"collective_seq_id": 1, "profiling_name": "gloo:all_reduce"}],
+            "pg_config": {}, "pg_status": {}, "version": "2.10"}
+    write(folder / "fr" / "rank0.json", json.dumps(dump))
+    write(folder / "nccl_trace_rank_1", json.dumps(dump))
+    (folder / "nccl_trace_rank_2").write_bytes(pickle.dumps(dump, protocol=2))
+    (folder / "weights.pkl").write_bytes(pickle.dumps([1.0, 2.0]))
+    place(folder / "rank0.json.gz", SAMPLED / "sampled_rank-0.json.gz")
+    source = discover(folder)
+    assert [p.name for p in source.fr_dump_files] == ["nccl_trace_rank_1", "rank0.json"]  # in path order
+    assert [p.name for p in source.fr_pickle_files] == ["nccl_trace_rank_2"]
+    assert [p.name for p in source.trace_files] == ["rank0.json.gz"]
+    assert [(Path(i.file).name, i.reason) for i in source.issues] == [
+        ("weights.pkl", "not read: a pickle, which wirespeed never loads (unpickling runs code)"),
+    ]
+    assert accounted_for(folder) == every_file(folder)
 
 
 def test_a_compressed_log_reads_as_the_plain_one(tmp_path):

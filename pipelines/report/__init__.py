@@ -51,6 +51,9 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
     page = Page(f"wirespeed report: {run_id}", _subtitle(run))
     failed = [v.name for v in verdicts if not v.outcome.passed]
     doubts = paragraph(f"Checks failed: {', '.join(failed)} (see Checks below).") if failed else ""
+    problems, dumps = sql.report_rows(con, "fr_mismatches"), sql.report_rows(con, "fr_dumps")
+    if problems:
+        page.add("Did the job hang, or its ranks disagree?", _flight_recorder(problems, dumps))
     page.add("Is the network the bottleneck?", _verdict(sql.report_rows(con, "verdict")) + doubts)
     page.add("Is communication exposed?", _summary(run, verdicts))
     page.add("Has it regressed?", _regressions(run, sql.report_rows(con, "regressions")))
@@ -92,6 +95,8 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
     )
     page.add("Bandwidth", _bandwidth(con, page))
     page.add("What if the network ran at full line rate?", _whatif(con, page))
+    if not problems:
+        page.add("Flight Recorder: did every rank make the same calls?", _flight_recorder(problems, dumps))
     page.add("NCCL: communicators, links, calls and errors", _nccl(con, page))
     page.add("Checks", _checks(verdicts))
     page.add("What ingestion skipped or doubted", table(sql.report_rows(con, "issues"), empty="Nothing: every file was read whole."))
@@ -327,6 +332,34 @@ def _nccl(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     return "".join(parts)
 
 
+def _flight_recorder(problems: list[dict], dumps: list[dict]) -> str:
+    """The ranks' Flight Recorders side by side: the first problem in words, every problem, each dump."""
+    if not dumps:
+        return paragraph(
+            "The run has no Flight Recorder dumps. `wirespeed collect` turns the recorder on and `Capture` writes each "
+            "rank's into fr/ when the job ends or is signalled; torch's own JSON dumps can be put in the run folder "
+            "(docs/flight-recorder.md)."
+        )
+    entries = sum(row["entries"] for row in dumps)
+    ranks = len({row["rank"] for row in dumps})
+    if problems:
+        label = "Hang" if problems[0]["problem"] in ("rank missing", "stuck") else "Mismatch"
+        lead = f"<p class='verdict bad'>{text(label)}</p><p class='headline'>{text(problems[0]['verdict'])}.</p>"
+        listed = table(problems) + paragraph(
+            "Each row is a collective of a process group, by its sequence number, on which the ranks' recorders "
+            "disagree; after a group's first problem the rest often follow from it (fr_mismatches)."
+        )
+    else:
+        lead = paragraph(
+            f"The recorders of {ranks} ranks hold {entries} collectives, and they agree: every rank entered every "
+            "collective of its groups, with the same op, sizes and element types."
+        )
+        listed = ""
+    return lead + listed + paragraph("Each rank's dump, and where its main thread was when it was taken:") + table(
+        dumps, empty="No dump."
+    )
+
+
 def _summary(run: dict, verdicts: list[Verdict]) -> str:
     no_comm = any(v.name == "communication_found" and not v.outcome.passed for v in verdicts)
     share = run["exposed_comm_share"]
@@ -382,7 +415,8 @@ def _reading_notes() -> str:
         "its shortest duration across ranks; the rest of each rank's duration was waiting for the last rank to arrive.",
         "Tables behind this page: runs, step_breakdown, step_comm_groups, step_timeline, steps, rank_breakdown, collectives, "
         "collective_bw, collective_sync, step_sync, net_utilization, network_summary, whatif, verdict, regressions, nccl_comms, "
-        "nccl_connections, nccl_calls, nccl_messages, nccl_tests_results, nccl_crosscheck, parse_issues. "
+        "nccl_connections, nccl_calls, nccl_messages, nccl_tests_results, nccl_crosscheck, fr_dumps, fr_entries, "
+        "fr_process_groups, fr_mismatches, parse_issues. "
         "Query them with `wirespeed sql`.",
     ]
     return "".join(paragraph(n) for n in notes)

@@ -35,7 +35,7 @@ def ingest_runs(context: dg.OpExecutionContext, config: Batch, warehouse: Wareho
         except (OSError, stages.StageError) as problem:  # gone since the sensor saw it, say
             outcomes[run_id] = failed(problem)
             continue
-        sizes[run_id] = sum(p.stat().st_size for p in source.trace_files + source.nccl_log_files if p.exists())
+        sizes[run_id] = source.input_bytes
     runner = Directly(store, sizes, landing)
     outcomes.update({run_id: runner.run(run_id, IngestProgress()) for run_id in sizes})
     runner.finish(outcomes)

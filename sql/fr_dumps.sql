@@ -1,0 +1,39 @@
+-- fr_dumps: each rank's Flight Recorder dump: when and why it was taken, and where the rank was then.
+--
+-- PyTorch's Flight Recorder keeps the last entries (TORCH_FR_BUFFER_SIZE) of every process group's
+-- collectives in each process; a dump is one process's recorder at one moment (docs/flight-recorder.md).
+-- Dumps the collector wrote (`fr/rank<R>.json`) say their rank, host, reason and time, and the
+-- Python stack of every thread when they were taken; torch's own JSON dumps say none of that, and
+-- their rank comes from the file name. A process has one recorder for gloo and CPU collectives
+-- ('generic') and, on builds with NCCL, ProcessGroupNCCL's own ('nccl'): each is a dump of its own.
+-- Dumps in pickle form are never loaded (parse_issues names them).
+--
+-- Grain: one row per run, rank and recorder.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   rank INTEGER  Global rank.
+--   rank_source VARCHAR  'collector' (its wirespeed section) or 'file name' (digits ending it).
+--   recorder VARCHAR  'generic' (gloo and CPU collectives) or 'nccl' (ProcessGroupNCCL's own).
+--   file VARCHAR  The dump file.
+--   format_version VARCHAR  The recorder's format version (torch 2.13 writes '2.10').
+--   comm_lib_version VARCHAR  The communication library's version, where recorded (NCCL's).
+--   host VARCHAR  Host of the process, where the collector recorded it.
+--   pid BIGINT  Process id, where recorded.
+--   world_size INTEGER  World size the rank knew, where recorded.
+--   reason VARCHAR  Why it was dumped: 'end', 'exception: ...' (the one that ended the job, such as
+--       a collective's timeout), 'SIGTERM', 'SIGUSR1', 'SIGINT', 'NCCL watchdog timeout (...)';
+--       NULL for torch's own dumps.
+--   dumped_at_ns BIGINT  When, ns since the Unix epoch; NULL for torch's own dumps.
+--   buffer_entries INTEGER  The recorder's size (TORCH_FR_BUFFER_SIZE) when recorded: a rank with
+--       as many entries dropped its oldest.
+--   entries BIGINT  Entries read (fr_entries).
+--   entries_skipped BIGINT  Entries that could not be read (parse_issues says why).
+--   first_created_ns BIGINT  When the oldest entry kept was issued.
+--   last_created_ns BIGINT  When the newest was.
+--   stack VARCHAR  The main thread's Python stack when dumped, one 'name (file:line)' per line,
+--       innermost first: where the rank was. For a dump on an exception, the stack it was raised in.
+--   other_stacks VARCHAR  The other threads' stacks, each under a 'thread NAME:' line.
+--   earlier_dumps VARCHAR  The same process's earlier dumps, JSON [{reason, dumped_at_ns}]: the
+--       file holds its last.
+SELECT * FROM _fr_dumps_input

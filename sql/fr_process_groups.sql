@@ -1,0 +1,25 @@
+-- fr_process_groups: the process groups each rank's Flight Recorder knows, with their members.
+--
+-- Members come from the collector's section (what torch.distributed says on that rank), else from
+-- the recorder's own `pg_config`, which ProcessGroupNCCL fills but torch 2.13's gloo backend
+-- leaves empty; a group that only the entries name has no members here (`ranks_source`
+-- 'unknown'), and the matching then takes them from the traces or the world (see _fr_groups).
+-- The last_* counters are the recorder's `pg_status` for the group: the backend's own sequence
+-- counter of what was enqueued, started and completed in this process.
+--
+-- Grain: one row per run, rank, recorder and process group.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   rank INTEGER  Global rank whose dump names the group.
+--   recorder VARCHAR  'generic' or 'nccl' (see fr_dumps).
+--   pg_name VARCHAR  Process group name (as in fr_entries and process_groups).
+--   pg_desc VARCHAR  Its description (default_pg, or what the program called it).
+--   pg_id BIGINT  The recorder's id of the group in this process; NULL when no entry names it.
+--   pg_ranks VARCHAR  Global ranks in the group, as a JSON list; NULL when the dump does not say.
+--   pg_size INTEGER  Ranks in the group.
+--   ranks_source VARCHAR  'collector', 'recorder' (pg_config) or 'unknown'.
+--   last_enqueued BIGINT  The recorder's pg_status: last enqueued, by the backend's counter.
+--   last_started BIGINT  Last seen started (NULL: none, or the backend does not say; gloo does not).
+--   last_completed BIGINT  Last seen completed.
+SELECT * FROM _fr_process_groups_input

@@ -1,0 +1,385 @@
+"""The Flight Recorder: real 3-rank gloo jobs that hang or desync, through the collectors, ingest and SQL.
+
+Each job is `collectors.faulty_job` under `wirespeed collect` (the ranks dump their recorders
+through `Capture`), ingested by `wirespeed ingest` and read back with `wirespeed sql`. The
+process groups time out after 3 s, so a hang costs seconds. torchfrtrace, PyTorch's own analyser,
+is run on the same dumps and must find the same problems.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import pickle  # only to hand torchfrtrace the dumps in the one form it reads
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, wirespeed
+
+RANKS = 3
+FAULT_STEP = 2
+# Each step of the job all-reduces its four gradients, then receives one broadcast.
+PER_STEP = 5
+STEPS = 5
+GLOO = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
+
+
+def job(*options: str) -> list[str]:
+    return [sys.executable, "-m", "collectors.faulty_job", "--world-size", str(RANKS), "--steps", str(STEPS),
+            "--fault-step", str(FAULT_STEP), *options]
+
+
+def collect(landing: Path, run_id: str, *options: str) -> Path:
+    wirespeed("collect", "--landing", str(landing), "--run-id", run_id, "--", *job(*options), env=GLOO, check=False)
+    return landing / run_id
+
+
+def sql_json(warehouse: Path, query: str) -> list[dict]:
+    return json.loads(wirespeed("sql", query, "--warehouse", str(warehouse), "--format", "json").stdout)
+
+
+def dump_sections(run: Path) -> dict[int, dict]:
+    return {section["rank"]: section for section in (json.loads(p.read_text())["wirespeed"] for p in (run / "fr").glob("rank*.json"))}
+
+
+@pytest.fixture(scope="module")
+def landing(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fr-landing")
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fr-warehouse") / "warehouse"
+
+
+def report_sections(line: str) -> list[tuple[str, str]]:
+    """(title, HTML) of each section of the report a result line names."""
+    page = Path(line.rsplit("; report ", 1)[1]).read_text()
+    return re.findall(r"<section><h2>(.*?)</h2>(.*?)</section>", page, re.S)
+
+
+def ingested(run: Path, warehouse: Path) -> str:
+    """Ingest a run folder; its result line."""
+    result = wirespeed("ingest", str(run), "--warehouse", str(warehouse), "--quiet")
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith(f"{run.name}: ")]
+    return line
+
+
+@pytest.fixture(scope="module")
+def skipped(landing, warehouse):
+    """Rank 2 never enters step 2's first all-reduce; ranks 0 and 1 time out in it."""
+    run = collect(landing, "skip", "--fault", "skip", "--timeout-s", "3")
+    return run, ingested(run, warehouse)
+
+
+@pytest.fixture(scope="module")
+def resized(landing, warehouse):
+    """Rank 2 receives step 2's broadcast into a buffer twice the size: gloo lets it pass."""
+    run = collect(landing, "size", "--fault", "size", "--timeout-s", "3")
+    return run, ingested(run, warehouse)
+
+
+@pytest.fixture(scope="module")
+def clean(landing, warehouse):
+    run = collect(landing, "clean", "--fault", "none", "--timeout-s", "3")
+    return run, ingested(run, warehouse)
+
+
+def test_a_rank_that_never_enters_a_collective_is_named_with_its_group_and_sequence_id(skipped, warehouse):
+    run, line = skipped
+    sections = dump_sections(run)
+    assert sorted(sections) == [0, 1, 2]
+    # Ranks 0 and 1 dumped on the timeout's exception, rank 2 when the launcher ended it.
+    assert all("Timed out" in sections[r]["reason"] for r in (0, 1)) and sections[2]["reason"] == "SIGTERM"
+    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'skip'")
+    hung = FAULT_STEP * PER_STEP + 1  # the first collective of the step rank 2 never began
+    assert (row["problem"], row["pg_desc"], row["seq_id"], row["op"]) == ("rank missing", "default_pg", hung, "all_reduce")
+    assert json.loads(row["missing_ranks"]) == [2] and json.loads(row["entered_ranks"]) == [0, 1] and row["is_first"]
+    last = sql_json(warehouse, "SELECT rank, max(seq_id) AS last FROM fr_entries WHERE run_id = 'skip' GROUP BY rank ORDER BY rank")
+    assert [r["last"] for r in last] == [hung, hung, hung - 1]
+    # The verdict, in words and on the ingest's result line: who, what, who waited, where rank 2 was.
+    verdict = row["verdict"]
+    assert verdict.startswith(f"rank 2 never entered all_reduce #{hung} of default_pg: ranks 0, 1 waited in it (timeout 3 s)")
+    assert f"rank 2's last collective there was broadcast #{hung - 1}" in verdict and "its stack when dumped: train (faulty_job.py:" in verdict
+    assert line.startswith(f"skip: HANG: {verdict};") and "collectives_agree_across_ranks" in line
+    # The report opens on it.
+    sections = report_sections(line)
+    assert sections[0][0] == "Did the job hang, or its ranks disagree?" and html.escape(verdict) in sections[0][1]
+
+
+def test_a_size_mismatch_is_named_as_one(resized, warehouse):
+    run, line = resized
+    assert {r: s["reason"] for r, s in dump_sections(run).items()} == {0: "end", 1: "end", 2: "end"}  # nobody noticed
+    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'size'")
+    broadcast = FAULT_STEP * PER_STEP + PER_STEP
+    assert (row["problem"], row["seq_id"], row["op"]) == ("size mismatch", broadcast, "broadcast")
+    assert json.loads(row["mismatched_ranks"]) == [2] and json.loads(row["entered_ranks"]) == [0, 1, 2]
+    assert row["detail"] == "ranks 0, 1: broadcast [[64]] Float; rank 2: broadcast [[128]] Float"
+    assert row["verdict"] == f"rank 2's collective #{broadcast} of default_pg differs from ranks 0, 1's (a size mismatch): {row['detail']}"
+    assert line.startswith(f"size: MISMATCH: {row['verdict']};")
+
+
+def test_a_clean_job_has_no_mismatch_and_every_collective_of_every_step(clean, warehouse):
+    run, line = clean
+    assert sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'clean'") == []
+    dumps = sql_json(warehouse, "SELECT rank, recorder, rank_source, reason, entries, buffer_entries, host FROM fr_dumps WHERE run_id = 'clean' ORDER BY rank")
+    assert [(d["rank"], d["recorder"], d["rank_source"], d["reason"]) for d in dumps] == [(r, "generic", "collector", "end") for r in range(RANKS)]
+    # Every collective of every step, profiled or not (the profiler saw two steps).
+    assert all(d["entries"] == STEPS * PER_STEP and d["buffer_entries"] == 2000 and d["host"] for d in dumps)
+    sizes = sql_json(warehouse, "SELECT op, bytes, count(*) AS n FROM fr_entries WHERE run_id = 'clean' GROUP BY ALL ORDER BY bytes, op")
+    # Per rank and step: the gradients of the biases (1 and 64 floats) and weights (1 x 64 and
+    # 64 x 64 floats), then the broadcast of 64 floats.
+    each = RANKS * STEPS
+    assert [(s["op"], s["bytes"], s["n"]) for s in sizes] == [
+        ("allreduce", 4, each), ("allreduce", 256, 2 * each), ("broadcast", 256, each), ("allreduce", 16384, each),
+    ]
+    groups = sql_json(warehouse, "SELECT DISTINCT pg_name, pg_desc, pg_ranks, ranks_source FROM fr_process_groups WHERE run_id = 'clean'")
+    assert groups == [{"pg_name": "0", "pg_desc": "default_pg", "pg_ranks": "[0, 1, 2]", "ranks_source": "collector"}]
+    assert line.startswith("clean: exposed communication") and "HANG" not in line and "MISMATCH" not in line
+    sections = dict(report_sections(line))
+    assert "Did the job hang, or its ranks disagree?" not in sections
+    assert "they agree: every rank entered every collective" in sections["Flight Recorder: did every rank make the same calls?"]
+
+
+def torchfrtrace(run: Path, folder: Path) -> str:
+    """torchfrtrace's analysis of a run's dumps. It reads pickles only, and torch 2.13's gloo
+    backend leaves the groups' members out of its dumps (torchfrtrace then fails on a KeyError),
+    so the test writes each rank's JSON dump, with the members the collector recorded, as the
+    pickle torchfrtrace expects; wirespeed itself never sees these files."""
+    folder.mkdir()
+    for path in (run / "fr").glob("rank*.json"):
+        dump = json.loads(path.read_text())
+        section = dump.pop("wirespeed")
+        dump["pg_config"] = {g["name"]: {"name": g["name"], "desc": g["desc"], "ranks": str(g["ranks"])} for g in section["process_groups"]}
+        (folder / f"rank{section['rank']}").write_bytes(pickle.dumps(dump))
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder), "--prefix", "rank"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout + result.stderr
+
+
+def test_torchfrtrace_finds_the_same_problems(skipped, resized, clean, warehouse, tmp_path):
+    hang = torchfrtrace(skipped[0], tmp_path / "skip")
+    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'skip'")
+    assert f"Not all ranks joining collective, sequence number: {row['seq_id']}" in hang
+    assert f"group info: {row['pg_name']}:{row['pg_desc']}" in hang and f"collective: gloo:{row['op']}" in hang
+    assert re.search(r"missing ranks: \{(.*)\}", hang).group(1) == ", ".join(map(str, json.loads(row["missing_ranks"])))
+
+    mismatch = torchfrtrace(resized[0], tmp_path / "size")
+    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'size'")
+    assert f"Collective sequence number: {row['seq_id']} has errors" in mismatch
+    culprits = re.findall(r"Culprit rank (\d+); Error type: (\w+)", mismatch)
+    assert culprits == [(str(r), "SIZE_OR_SYNTAX_MISMATCH") for r in json.loads(row["mismatched_ranks"])]
+
+    assert torchfrtrace(clean[0], tmp_path / "clean").strip() == ""
+
+
+def wait_for(condition, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.2)
+
+
+def session(sid: int) -> list[int]:
+    """The processes still alive in a session (the launcher's, and the job it started)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            alive.append(int(stat.parent.name))
+    return alive
+
+
+def test_a_scheduler_killing_a_hung_job_still_leaves_every_dump(landing, warehouse):
+    """With the process groups' timeout far away, ranks 0 and 1 wait inside the all-reduce (in
+    C++, where no Python signal handler runs) and rank 2 sleeps. SIGUSR1 to every process dumps
+    them all and the job goes on; SIGTERM, as a scheduler sends it, dumps them again and ends
+    the job at once."""
+    run, output = landing / "killed", landing / "killed.log"
+    with open(output, "w") as sink:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", "killed", "--",
+             *job("--fault", "skip", "--timeout-s", "120")],
+            cwd=REPO, env=GLOO, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        wait_for(lambda: "hanging at step" in output.read_text(), 120)
+        time.sleep(2)  # ranks 0 and 1 reach the all-reduce
+        os.killpg(launcher.pid, signal.SIGUSR1)  # every process: the launchers ignore it
+        wait_for(lambda: [s["reason"] for s in dump_sections(run).values()] == ["SIGUSR1"] * RANKS, 30)
+        assert launcher.poll() is None  # the job goes on
+        started = time.monotonic()
+        os.killpg(launcher.pid, signal.SIGTERM)
+        launcher.wait(timeout=60)
+        wait_for(lambda: not session(launcher.pid), 30)
+        assert time.monotonic() - started < 20  # not the 120 s of the timeout
+    finally:
+        for pid in session(launcher.pid):
+            os.kill(pid, signal.SIGKILL)
+    sections = dump_sections(run)
+    for rank, section in sections.items():
+        history = [earlier["reason"] for earlier in section["earlier"]] + [section["reason"]]
+        assert history[0] == "SIGUSR1" and "SIGTERM" in history, (rank, history)
+    # Ranks 0 and 1 were dumped while their main thread waited inside the collective.
+    for rank in (0, 1):
+        (main, *_) = sections[rank]["stacks"]
+        assert main["main"] and main["frames"][0]["name"] == "all_reduce", main["frames"][:3]
+    assert (run / "_DONE").is_file()
+    line = ingested(run, warehouse)
+    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'killed'")
+    hung = FAULT_STEP * PER_STEP + 1
+    assert (row["problem"], row["seq_id"], json.loads(row["missing_ranks"])) == ("rank missing", hung, [2])
+    # The recorder saw them still in it: gloo had not given up on it yet.
+    assert json.loads(row["unfinished_ranks"]) == [0, 1]
+    assert row["verdict"].startswith(f"rank 2 never entered all_reduce #{hung} of default_pg: ranks 0, 1 waited in it (timeout 120 s)")
+    assert f"HANG: {row['verdict']}" in line
+
+
+TORCH_DUMPS = """
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def run(rank, folder, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_FR_BUFFER_SIZE="100")
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    tensor = torch.ones(10)
+    for _ in range(3):
+        dist.all_reduce(tensor)
+    dist.broadcast(tensor, 0)
+    c10d = torch._C._distributed_c10d
+    with open(os.path.join(folder, "json", f"nccl_trace_rank_{rank}"), "wb") as out:
+        out.write(c10d._dump_fr_trace_json())
+    with open(os.path.join(folder, "pickle", f"nccl_trace_rank_{rank}"), "wb") as out:
+        out.write(c10d._dump_fr_trace())
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    from collectors.demo_ddp import free_port
+    mp.spawn(run, args=(sys.argv[1], free_port()), nprocs=2)
+"""
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_torchs_own_dumps_ingest_and_a_pickle_dump_is_refused(tmp_path, warehouse):
+    """A job that dumps its recorder itself, as torch writes it: JSON files named by rank, no
+    wirespeed section; and the same recorder as pickles."""
+    dumps = tmp_path / "dumps"
+    for form in ("json", "pickle"):
+        (dumps / form).mkdir(parents=True)
+    script = tmp_path / "torch_dumps.py"
+    script.write_text(TORCH_DUMPS)
+    subprocess.run([sys.executable, str(script), str(dumps)], cwd=REPO, env={**GLOO, "PYTHONPATH": str(REPO)}, check=True, timeout=120)
+    before = digest(dumps)
+
+    ingested(dumps / "json", warehouse)
+    rows = sql_json(warehouse, "SELECT rank, rank_source, reason, entries FROM fr_dumps WHERE run_id = 'json' ORDER BY rank")
+    assert rows == [{"rank": r, "rank_source": "file name", "reason": None, "entries": 4} for r in (0, 1)]
+    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_mismatches WHERE run_id = 'json'") == [{"n": 0}]
+    (run,) = sql_json(warehouse, "SELECT source_kind, world_size FROM runs WHERE run_id = 'json'")
+    assert run == {"source_kind": "flight recorder folder", "world_size": 2}
+
+    ingested(dumps / "pickle", warehouse)
+    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_entries WHERE run_id = 'pickle'") == [{"n": 0}]
+    refused = sql_json(warehouse, "SELECT file, severity, reason FROM parse_issues WHERE run_id = 'pickle' ORDER BY file")
+    assert [(Path(r["file"]).name, r["severity"]) for r in refused] == [("nccl_trace_rank_0", "error"), ("nccl_trace_rank_1", "error")]
+    assert all(r["reason"].startswith("refused: a Flight Recorder dump in pickle form") for r in refused)
+
+    # Side by side, the JSON is read and each pickle is only named.
+    ingested(dumps, warehouse)
+    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_entries WHERE run_id = 'dumps'") == [{"n": 8}]
+    named = sql_json(warehouse, "SELECT severity, reason FROM parse_issues WHERE run_id = 'dumps' AND file LIKE '%pickle%'")
+    assert len(named) == 2 and all(r["severity"] == "info" and "JSON dump" in r["reason"] for r in named)
+    assert digest(dumps) == before
+
+
+def test_a_damaged_dump_is_named_and_the_rest_of_the_run_ingests(clean, tmp_path, warehouse):
+    run = tmp_path / "damaged"
+    shutil.copytree(clean[0], run)
+    (run / "manifest.json").write_text(json.dumps(json.loads((run / "manifest.json").read_text()) | {"run_id": "damaged"}))
+    cut = run / "fr" / "rank0.json"
+    cut.write_bytes(cut.read_bytes()[:-300])
+    odd = run / "fr" / "rank1.json"
+    dump = json.loads(odd.read_text())
+    del dump["entries"][3]["collective_seq_id"]
+    dump["entries"][4]["input_sizes"] = "[[64]]"
+    odd.write_text(json.dumps(dump))
+    before = digest(run)
+    ingested(run, warehouse)
+    issues = sql_json(warehouse, "SELECT file, line, severity, reason FROM parse_issues WHERE run_id = 'damaged' AND file LIKE '%/fr/%' ORDER BY file, reason")
+    assert [(Path(i["file"]).name, i["severity"]) for i in issues] == [("rank0.json", "error"), ("rank1.json", "error"), ("rank1.json", "error")]
+    assert issues[0]["line"] == 1 and issues[0]["reason"].startswith("not ingested: the Flight Recorder dump is not valid JSON")
+    assert [i["reason"] for i in issues[1:]] == ["entry 3 skipped: no collective_seq_id", "entry 4 skipped: input_sizes is str, not list"]
+    kept = sql_json(warehouse, "SELECT rank, entries, entries_skipped FROM fr_dumps WHERE run_id = 'damaged' ORDER BY rank")
+    assert kept == [{"rank": 1, "entries": STEPS * PER_STEP - 2, "entries_skipped": 2}, {"rank": 2, "entries": STEPS * PER_STEP, "entries_skipped": 0}]
+    assert sql_json(warehouse, "SELECT count(*) AS n FROM trace_events WHERE run_id = 'damaged'")[0]["n"] > 0
+    assert digest(run) == before
+
+
+def test_recorded_durations_give_bus_bandwidth_between_profiled_steps(clean, tmp_path, warehouse):
+    """gloo times nothing; NCCL with TORCH_NCCL_ENABLE_TIMING=1 writes each entry's `duration_ms`.
+    With durations written into a clean run's dumps as NCCL would, the collectives of the steps
+    the profiler did not see join collective_bw, marked by source."""
+    run = tmp_path / "timed"
+    shutil.copytree(clean[0], run)
+    (run / "manifest.json").write_text(json.dumps(json.loads((run / "manifest.json").read_text()) | {"run_id": "timed"}))
+    for path in (run / "fr").glob("rank*.json"):
+        dump = json.loads(path.read_text())
+        rank = dump["wirespeed"]["rank"]
+        for entry in dump["entries"]:
+            entry["duration_ms"] = 0.5 + 0.25 * rank  # rank 0 is the fastest: the transfer
+        path.write_text(json.dumps(dump))
+    ingested(run, warehouse)
+    recorded = sql_json(warehouse, "SELECT * FROM collective_bw WHERE run_id = 'timed' AND source = 'flight recorder' ORDER BY collective_key, rank")
+    traced = sql_json(warehouse, "SELECT count(DISTINCT collective_key) AS n FROM collective_bw WHERE run_id = 'timed' AND source = 'trace'")[0]["n"]
+    # The profiler saw steps 2 and 3 of five; the recorder's three others join, every rank of each.
+    assert traced == 2 * PER_STEP and len(recorded) == 3 * PER_STEP * RANKS
+    for row in recorded:
+        assert row["step"] is None and row["group_size"] == RANKS and row["scope"] == "intra"
+        assert row["transfer_ns"] == 500_000 and row["dur_ns"] == 500_000 + 250_000 * row["rank"]
+        factor = {"allreduce": 2 * (RANKS - 1) / RANKS, "broadcast": 1.0}[row["op"]]
+        assert row["busbw_gbps"] == pytest.approx(8 * row["bytes"] / row["dur_ns"] * factor)
+        assert row["transfer_busbw_gbps"] == pytest.approx(8 * row["bytes"] / 500_000 * factor)
+
+
+def test_a_collective_entered_by_all_and_finished_by_none_past_its_timeout_is_stuck(clean, tmp_path, warehouse):
+    """gloo gives up on a collective at its timeout; NCCL's recorder shows a hung one as entries
+    started and never completed, dumped by its watchdog past the timeout. A clean run's last
+    collective written that way on ranks 0 and 1, dumped 5 s into its 3 s timeout, and rank 2's
+    dump left out, as a rank that died leaves none: the collective itself is stuck."""
+    run = tmp_path / "stuck"
+    shutil.copytree(clean[0], run)
+    (run / "manifest.json").write_text(json.dumps(json.loads((run / "manifest.json").read_text()) | {"run_id": "stuck"}))
+    (run / "fr" / "rank2.json").unlink()
+    for rank in (0, 1):
+        path = run / "fr" / f"rank{rank}.json"
+        dump = json.loads(path.read_text())
+        last = dump["entries"][-1]
+        last.update(state="started", retired=False, time_discovered_started_ns=last["time_created_ns"] + 1000)
+        dump["wirespeed"]["dumped_at_ns"] = last["time_created_ns"] + 5 * 10**9
+        path.write_text(json.dumps(dump))
+    ingested(run, warehouse)
+    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'stuck'")
+    assert (row["problem"], row["seq_id"], row["op"]) == ("stuck", STEPS * PER_STEP, "broadcast")
+    assert [json.loads(row[k]) for k in ("entered_ranks", "unfinished_ranks", "unknown_ranks", "missing_ranks")] == [[0, 1], [0, 1], [2], []]
+    assert row["verdict"] == (
+        f"ranks 0, 1 had not finished broadcast #{STEPS * PER_STEP} of default_pg when dumped, past its 3 s timeout, and every "
+        "member that left a dump entered it: the collective itself hung (the network, a device or the library), not the "
+        "order of calls; rank 2 left no dump"
+    )
