@@ -1,21 +1,21 @@
 """Exposed communication against what the link really costs, on real jobs on the emulated cluster.
 
-Each job runs on two emulated hosts at 200 Mbit/s and at 1 Gbit/s, in turn; in each pair of runs
-back to back, the step-time difference says how much of the slow step the link explains
-(`RatePair.link_share`). The exposed share wirespeed measures on the slow run must lie between
-0.85 and 1.0 times it, in the median pair: communication that hides under compute is not exposed
-(below 1), and the latency a faster link would not remove is small next to the transfers (not
-much above).
+Each job runs on two emulated hosts at 200 Mbit/s and at 1 Gbit/s, in turn; the step-time
+difference says how long the link holds up a slow step (`LinkCost.link_ns`). The exposed
+communication wirespeed measures per step of the slow runs must lie between 0.85 and 1.0 times it,
+in the median slow run: communication that hides under compute is not exposed (below 1), and the
+latency a faster link would not remove is small next to the transfers (not much above).
 
-The link's share is itself a measurement, and other work on this 2-core machine moves it: over
-one day of runs it spread over 0.839-0.946 for FSDP2 (the fast runs slow most, their gloo copies
-and TCP processing competing for the CPUs) and 0.775-0.881 for the pipeline. Runs back to back
-share most of a disturbance, the median pair leaves out the one most disturbed, and the bounds
-allow LINK_SHARE_RESOLUTION either side. A job whose
-communication is all exposed sits at 1.0 plus the latency a faster link would not remove (FSDP2 on
-CPUs waits for each all-gather where it issues it, having no streams to prefetch on: 0.995-1.009
-on a quiet machine). The rule this replaced gave 0.44, 0.00 and 0.05 for FSDP2, tensor and expert
-parallel, far outside either bound.
+The link's cost is itself a measurement, and other work on this 2-core machine moves it. The
+hypervisor took 3-21 % of the CPUs during one run or another, and a tensor-parallel job's quiet
+step at 1 Gbit/s measured 166-283 ms over six runs in a row: taken pair by pair, the link's share
+of the slow step came out at 0.32-0.72 for one job in one test run. Disturbances only lengthen
+steps, so the cost comes from each rate's least disturbed run, and the exposure is compared as a
+time: a slow run's disturbance lengthens its compute, not the communication the link holds up.
+The bounds allow LINK_RESOLUTION either side. A job whose communication is all exposed sits at
+1.0 plus the latency a faster link would not remove (FSDP2 on CPUs waits for each all-gather where
+it issues it, having no streams to prefetch on: 0.995-1.009 on a quiet machine). The rule this
+replaced gave 0.44, 0.00 and 0.05 for FSDP2, tensor and expert parallel, far outside either bound.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from conftest import ingest_directly, table_rows
 from pipelines.warehouse import Warehouse
 
 DIMENSION = {"ddp": "dp", "fsdp": "fsdp", "tp": "tp", "pp": "pp", "ep": "ep"}
-LINK_SHARE_RESOLUTION = 0.1
+LINK_RESOLUTION = 0.1
 
 
 @pytest.fixture(scope="module")
@@ -39,22 +39,21 @@ def store(tmp_path_factory) -> Warehouse:
 
 
 @pytest.mark.parametrize("job", list(DIMENSION))
-def test_exposed_share_matches_what_the_link_costs(cluster_runs, store, job):
+def test_exposed_communication_matches_what_the_link_costs(cluster_runs, store, job):
     cost = cluster_runs(job)
     run_ids = [ingest_directly(store, pair.slow.run_dir) for pair in cost.pairs]
+    print(f"{job}: quiet steps at {cost.slow_mbit:g} Mbit/s {[round(pair.slow.quiet_step_ns / 1e6) for pair in cost.pairs]} ms, "
+          f"at {cost.fast_mbit:g} {[round(pair.fast.quiet_step_ns / 1e6) for pair in cost.pairs]} ms; "
+          f"the link holds up a slow step {cost.link_ns / 1e6:.0f} ms")
     ratios = []
-    for pair in cost.pairs:
-        (exposed_share,) = table_rows(
-            store,
-            "SELECT sum(exposed_comm_ns) / sum(step_ns) AS share FROM step_breakdown WHERE run_id = ?",
-            [pair.slow.run_dir.name],
+    for run_id in run_ids:
+        (exposed_ns,) = table_rows(
+            store, "SELECT avg(exposed_comm_ns) AS ns FROM step_breakdown WHERE run_id = ?", [run_id]
         )[0].values()
-        ratios.append(exposed_share / pair.link_share)
-        print(f"{job}: step {pair.slow.median_step_ns / 1e6:.0f} ms at {cost.slow_mbit:g} Mbit/s, "
-              f"{pair.fast.median_step_ns / 1e6:.0f} ms at {cost.fast_mbit:g}; link share {pair.link_share:.3f}, "
-              f"exposed {exposed_share:.3f}, ratio {ratios[-1]:.3f}")
+        ratios.append(exposed_ns / cost.link_ns)
+        print(f"{job}: {run_id}: exposed {exposed_ns / 1e6:.0f} ms a step, ratio {ratios[-1]:.3f}")
     ratio = statistics.median(ratios)
-    assert 0.85 - LINK_SHARE_RESOLUTION <= ratio <= 1.0 + LINK_SHARE_RESOLUTION, f"{job}: ratios {ratios}"
+    assert 0.85 - LINK_RESOLUTION <= ratio <= 1.0 + LINK_RESOLUTION, f"{job}: ratios {ratios}"
     # The steps wait for the job's own dimension, over the network; the groups' shares add up.
     dimension, share, scope, unbalanced = table_rows(
         store,

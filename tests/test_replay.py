@@ -180,27 +180,30 @@ def predicted(store: Warehouse, run_id: str, gbps: float, *options: str) -> dict
 
 @pytest.mark.parametrize("job", ["ddp", "fsdp", "tp", "pp"])
 def test_replay_predicts_the_other_line_rate(cluster_runs, store, job):
-    """Each run's replay at the other run's line rate against the step that run measured in the
-    job, for the runs of each pair (measured back to back); the median pair must be within 15 %."""
+    """The least disturbed run at each rate (the quietest step by the job's own clock: other work on
+    the machine only lengthens steps, and nearly doubled one job's quiet step at 1 Gbit/s in one test run)
+    replayed at the other's line rate, against the step that run measured in the job: within 15 %."""
     cost = cluster_runs(job)
     for run in cost.runs:
         ingest_directly(store, run.run_dir)
-    errors: dict[str, list[float]] = {"slow at fast": [], "fast at slow": []}
-    disagreements = []
-    for pair in cost.pairs:
-        for name, run, other, gbps in (("slow at fast", pair.slow, pair.fast, cost.fast_mbit / 1000),
-                                       ("fast at slow", pair.fast, pair.slow, cost.slow_mbit / 1000)):
-            row = predicted(store, run.run_dir.name, gbps)
-            measured_ms = other.median_step_ns / 1e6
-            errors[name].append(row["step_ms"] / measured_ms - 1)
-            print(f"{job}: replay of {run.run_dir.name} at {gbps:g} Gbit/s: {row['step_ms']:.0f} ms, measured "
-                  f"{measured_ms:.0f} ms ({errors[name][-1]:+.1%})")
-            if job == "ddp":
-                # Both at the full line rate, as the paper's model assumes.
-                at_line_rate = predicted(store, run.run_dir.name, gbps, "--at-line-rate")
-                paper = predicted(store, run.run_dir.name, gbps, "--model", "paper")
-                disagreements.append(at_line_rate["scaling_factor"] - paper["scaling_factor"])
-                print(f"ddp: scaling factor: replay {row['scaling_factor']:.3f}, replay at line rate "
-                      f"{at_line_rate['scaling_factor']:.3f}, paper {paper['scaling_factor']:.3f}")
-    assert all(abs(statistics.median(e)) <= REPLAY_TOLERANCE for e in errors.values()), errors
-    assert not disagreements or abs(statistics.median(disagreements)) <= PAPER_AGREEMENT, disagreements
+    slow = min((pair.slow for pair in cost.pairs), key=lambda run: run.quiet_step_ns)
+    fast = min((pair.fast for pair in cost.pairs), key=lambda run: run.quiet_step_ns)
+    errors = {}
+    for name, run, other, gbps in (("slow at fast", slow, fast, cost.fast_mbit / 1000),
+                                   ("fast at slow", fast, slow, cost.slow_mbit / 1000)):
+        row = predicted(store, run.run_dir.name, gbps)
+        measured_ms = other.median_step_ns / 1e6
+        errors[name] = row["step_ms"] / measured_ms - 1
+        print(f"{job}: replay of {run.run_dir.name} at {gbps:g} Gbit/s: {row['step_ms']:.0f} ms, measured "
+              f"{measured_ms:.0f} ms ({errors[name]:+.1%})")
+    assert all(abs(error) <= REPLAY_TOLERANCE for error in errors.values()), errors
+    if job == "ddp":
+        # Every run, replay and paper both at the full line rate, as the paper's model assumes.
+        disagreements = []
+        for run, gbps in [(pair.slow, cost.fast_mbit / 1000) for pair in cost.pairs] + [(pair.fast, cost.slow_mbit / 1000) for pair in cost.pairs]:
+            at_line_rate = predicted(store, run.run_dir.name, gbps, "--at-line-rate")
+            paper = predicted(store, run.run_dir.name, gbps, "--model", "paper")
+            disagreements.append(at_line_rate["scaling_factor"] - paper["scaling_factor"])
+            print(f"ddp: {run.run_dir.name} at {gbps:g} Gbit/s: scaling factor: replay at line rate "
+                  f"{at_line_rate['scaling_factor']:.3f}, paper {paper['scaling_factor']:.3f}")
+        assert abs(statistics.median(disagreements)) <= PAPER_AGREEMENT, disagreements
