@@ -173,6 +173,12 @@ def _publish(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> int:
     return written
 
 
+# Tables are built two at a time (one per thread) on runs up to this many trace events. Beyond,
+# each statement's scans keep every thread busy, and two at once split DuckDB's memory limit and
+# spill: ten million device events took 124 s at 1.55 GB of memory two at a time.
+PARALLEL_BUILD_MAX_EVENTS = 5_000_000
+
+
 def analyze_run(
     run_id: str, version: Path, warehouse: Warehouse, settings: Settings,
     finish: Callable[[duckdb.DuckDBPyConnection], Any] | None = None,
@@ -182,7 +188,7 @@ def analyze_run(
     Each of `[resources] threads` threads builds a table whose inputs are built, on a connection
     of its own to one shared session: most of a small table's time is DuckDB planning it on one
     core, and the replay is Python, so building two at once uses a second core that one
-    statement at a time leaves idle. `finish` runs in the session once every table is built,
+    statement at a time leaves idle. A large run's tables are built one at a time. `finish` runs in the session once every table is built,
     where each table is a view of its file: checks read the run there without opening a session
     of their own.
     """
@@ -204,7 +210,9 @@ def analyze_run(
                 return _publish(con, name, warehouse.table_dir(version, name))
             return sql.materialize(con, name, temporary=False)
 
-        rows, seconds = _build_all(shared, con, build, settings.threads)
+        (events,) = con.execute("SELECT count(*) FROM trace_events").fetchone()
+        workers = settings.threads if events <= PARALLEL_BUILD_MAX_EVENTS else 1
+        rows, seconds = _build_all(shared, con, build, workers)
         shared.sync(con)
         finished = finish(con) if finish else None
     finally:
