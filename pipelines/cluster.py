@@ -230,10 +230,10 @@ class ClusterJobRun:
         return int(statistics.median(self.steady_step_ns))
 
     @property
-    def quiet_step_ns(self) -> int:
-        """The lower quartile step: other work on the machine only ever lengthens a step, so the
-        lower quartile is nearer the step of an undisturbed machine than the median."""
-        return int(statistics.quantiles(self.steady_step_ns, n=4, method="inclusive")[0])
+    def mean_step_ns(self) -> float:
+        """The mean step: other work on the machine only ever lengthens a run, while a single step
+        by the job's clock moves with where the ranks' steps begin (one short, the next long)."""
+        return statistics.fmean(self.steady_step_ns)
 
 
 def run_job(job: str, link_mbit: float, landing: Path, steps: int = 8, run_id: str | None = None,
@@ -286,7 +286,7 @@ class LinkCost:
 
     Other work on a shared 2-core machine (the hypervisor took 3-21 % of its CPU time during one
     run or another) slows runs for seconds at a time, the fast runs most, whose CPUs are busier: a
-    tensor-parallel job's quiet step at 1 Gbit/s measured 166-283 ms over six runs in a row.
+    tensor-parallel job's lower-quartile step at 1 Gbit/s measured 166-283 ms over six runs in a row.
     Disturbances only lengthen steps, so the cost comes from each rate's least disturbed run.
     """
 
@@ -304,10 +304,10 @@ class LinkCost:
 
         t_slow - t_fast = k (1/B_slow - 1/B_fast), and the link's part of the slow step is
         k/B_slow = (t_slow - t_fast) / (1 - B_slow/B_fast): 1.25 (t_200 - t_1000), each t the
-        quietest step of the runs at that rate.
+        mean step of the least disturbed run at that rate.
         """
-        slow = min(pair.slow.quiet_step_ns for pair in self.pairs)
-        fast = min(pair.fast.quiet_step_ns for pair in self.pairs)
+        slow = min(pair.slow.mean_step_ns for pair in self.pairs)
+        fast = min(pair.fast.mean_step_ns for pair in self.pairs)
         return (slow - fast) / (1 - self.slow_mbit / self.fast_mbit)
 
 

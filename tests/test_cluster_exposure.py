@@ -7,11 +7,12 @@ in the median slow run: communication that hides under compute is not exposed (b
 latency a faster link would not remove is small next to the transfers (not much above).
 
 The link's cost is itself a measurement, and other work on this 2-core machine moves it. The
-hypervisor took 3-21 % of the CPUs during one run or another, and a tensor-parallel job's quiet
+hypervisor took 3-21 % of the CPUs during one run or another, and a tensor-parallel job's lower-quartile
 step at 1 Gbit/s measured 166-283 ms over six runs in a row: taken pair by pair, the link's share
 of the slow step came out at 0.32-0.72 for one job in one test run. Disturbances only lengthen
-steps, so the cost comes from each rate's least disturbed run, and the exposure is compared as a
-time: a slow run's disturbance lengthens its compute, not the communication the link holds up.
+runs, so the cost comes from each rate's least disturbed run (its mean step: single steps move with
+where the ranks' steps begin, one short, the next long), and the exposure is compared as a time: a
+slow run's disturbance lengthens its compute, not the communication the link holds up.
 The bounds allow LINK_RESOLUTION either side. A job whose communication is all exposed sits at
 1.0 plus the latency a faster link would not remove (FSDP2 on CPUs waits for each all-gather where
 it issues it, having no streams to prefetch on: 0.995-1.009 on a quiet machine). The rule this
@@ -29,6 +30,10 @@ from pipelines.warehouse import Warehouse
 
 DIMENSION = {"ddp": "dp", "fsdp": "fsdp", "tp": "tp", "pp": "pp", "ep": "ep"}
 LINK_RESOLUTION = 0.1
+# A pipeline stage's wait in its receive holds the other stage's compute as well as the transfer
+# (the bubble), and no faster link shortens that part; slower CPUs lengthen it (1.09-1.10 over
+# three runs on a busy day, 0.90-0.96 on a quiet one).
+BUBBLE = {"pp": 0.05}
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +47,8 @@ def store(tmp_path_factory) -> Warehouse:
 def test_exposed_communication_matches_what_the_link_costs(cluster_runs, store, job):
     cost = cluster_runs(job)
     run_ids = [ingest_directly(store, pair.slow.run_dir) for pair in cost.pairs]
-    print(f"{job}: quiet steps at {cost.slow_mbit:g} Mbit/s {[round(pair.slow.quiet_step_ns / 1e6) for pair in cost.pairs]} ms, "
-          f"at {cost.fast_mbit:g} {[round(pair.fast.quiet_step_ns / 1e6) for pair in cost.pairs]} ms; "
+    print(f"{job}: mean steps at {cost.slow_mbit:g} Mbit/s {[round(pair.slow.mean_step_ns / 1e6) for pair in cost.pairs]} ms, "
+          f"at {cost.fast_mbit:g} {[round(pair.fast.mean_step_ns / 1e6) for pair in cost.pairs]} ms; "
           f"the link holds up a slow step {cost.link_ns / 1e6:.0f} ms")
     ratios = []
     for run_id in run_ids:
@@ -53,7 +58,7 @@ def test_exposed_communication_matches_what_the_link_costs(cluster_runs, store, 
         ratios.append(exposed_ns / cost.link_ns)
         print(f"{job}: {run_id}: exposed {exposed_ns / 1e6:.0f} ms a step, ratio {ratios[-1]:.3f}")
     ratio = statistics.median(ratios)
-    assert 0.85 - LINK_RESOLUTION <= ratio <= 1.0 + LINK_RESOLUTION, f"{job}: ratios {ratios}"
+    assert 0.85 - LINK_RESOLUTION <= ratio <= 1.0 + LINK_RESOLUTION + BUBBLE.get(job, 0), f"{job}: ratios {ratios}"
     # The steps wait for the job's own dimension, over the network; the groups' shares add up.
     dimension, share, scope, unbalanced = table_rows(
         store,

@@ -180,14 +180,14 @@ def predicted(store: Warehouse, run_id: str, gbps: float, *options: str) -> dict
 
 @pytest.mark.parametrize("job", ["ddp", "fsdp", "tp", "pp"])
 def test_replay_predicts_the_other_line_rate(cluster_runs, store, job):
-    """The least disturbed run at each rate (the quietest step by the job's own clock: other work on
-    the machine only lengthens steps, and nearly doubled one job's quiet step at 1 Gbit/s in one test run)
-    replayed at the other's line rate, against the step that run measured in the job: within 15 %."""
+    """The least disturbed run at each rate (the shortest mean step by the job's own clock: other
+    work on the machine only lengthens runs, and nearly doubled one job's steps at 1 Gbit/s in one
+    test run) replayed at the other's line rate, against the step that run measured: within 15 %."""
     cost = cluster_runs(job)
     for run in cost.runs:
         ingest_directly(store, run.run_dir)
-    slow = min((pair.slow for pair in cost.pairs), key=lambda run: run.quiet_step_ns)
-    fast = min((pair.fast for pair in cost.pairs), key=lambda run: run.quiet_step_ns)
+    slow = min((pair.slow for pair in cost.pairs), key=lambda run: run.mean_step_ns)
+    fast = min((pair.fast for pair in cost.pairs), key=lambda run: run.mean_step_ns)
     errors = {}
     for name, run, other, gbps in (("slow at fast", slow, fast, cost.fast_mbit / 1000),
                                    ("fast at slow", fast, slow, cost.slow_mbit / 1000)):
