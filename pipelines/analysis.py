@@ -188,9 +188,9 @@ def analyze_run(
     Each of `[resources] threads` threads builds a table whose inputs are built, on a connection
     of its own to one shared session: most of a small table's time is DuckDB planning it on one
     core, and the replay is Python, so building two at once uses a second core that one
-    statement at a time leaves idle. A large run's tables are built one at a time. `finish` runs in the session once every table is built,
-    where each table is a view of its file: checks read the run there without opening a session
-    of their own.
+    statement at a time leaves idle; a large run's tables are built one at a time. `finish` runs
+    in the session once every table is built, where each table is a view of its file: checks
+    read the run there without opening a session of their own.
     """
     started = time.perf_counter()
     shared = sql.SharedSession(settings.duckdb_config())
