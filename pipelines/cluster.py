@@ -287,7 +287,7 @@ class LinkCost:
     Other work on a shared 2-core machine (the hypervisor took 3-21 % of its CPU time during one
     run or another) slows runs for seconds at a time, the fast runs most, whose CPUs are busier: a
     tensor-parallel job's lower-quartile step at 1 Gbit/s measured 166-283 ms over six runs in a row.
-    Disturbances only lengthen steps, so the cost comes from each rate's least disturbed run.
+    Disturbances only lengthen runs, so the cost comes from each rate's least disturbed run.
     """
 
     slow_mbit: float
@@ -299,6 +299,16 @@ class LinkCost:
         return [run for pair in self.pairs for run in (pair.slow, pair.fast)]
 
     @property
+    def quietest_slow(self) -> ClusterJobRun:
+        """The least disturbed run at the slow rate: the shortest mean step."""
+        return min((pair.slow for pair in self.pairs), key=lambda run: run.mean_step_ns)
+
+    @property
+    def quietest_fast(self) -> ClusterJobRun:
+        """The least disturbed run at the fast rate: the shortest mean step."""
+        return min((pair.fast for pair in self.pairs), key=lambda run: run.mean_step_ns)
+
+    @property
     def link_ns(self) -> float:
         """The link's part of a slow step, from t = c + k/B at the two rates.
 
@@ -306,8 +316,7 @@ class LinkCost:
         k/B_slow = (t_slow - t_fast) / (1 - B_slow/B_fast): 1.25 (t_200 - t_1000), each t the
         mean step of the least disturbed run at that rate.
         """
-        slow = min(pair.slow.mean_step_ns for pair in self.pairs)
-        fast = min(pair.fast.mean_step_ns for pair in self.pairs)
+        slow, fast = self.quietest_slow.mean_step_ns, self.quietest_fast.mean_step_ns
         return (slow - fast) / (1 - self.slow_mbit / self.fast_mbit)
 
 
