@@ -36,7 +36,8 @@ import pyarrow as pa
 
 # Dimensions that grow with the run: more ranks are more data-parallel replicas.
 SCALED_DIMENSIONS = ("dp", "fsdp")
-SEARCH_STEPS = 18  # bisection steps in log space: a range of 1e10 resolved to 1e-4 of a value
+SEARCH_PASSES = 9  # search passes in log space, each a quarter of the last: a range of 1e10 resolved to 1e-4 of a value
+OPEN, ARRIVE, BEGIN, WAIT, CLOSE = range(5)  # the kinds of event the replay goes through
 
 
 @dataclass(frozen=True)
@@ -100,30 +101,44 @@ class Replay:
         self.exposed_ns = self.step_ns - self.compute_ns
         self.window_start = np.array(steps.column("window_start_ns").to_pylist(), dtype=np.int64)
         self.window_end = np.array(steps.column("window_end_ns").to_pylist(), dtype=np.int64)
-        self._events = self._schedule()
+        self._schedule()
 
-    def _schedule(self) -> list[tuple]:
+    def _schedule(self) -> None:
         """Every event of the run in time order (ns since its first): step windows opening,
-        ranks arriving at collectives, collectives beginning, waits ending, step windows closing."""
+        ranks arriving at collectives, collectives beginning, waits ending, step windows closing;
+        as tuples of plain numbers, which the replay's loop reads fastest."""
         r = self.rows
         keys, collective = np.unique(r["collective_key"].astype(str), return_inverse=True)
         self.collectives = len(keys)
+        step_ranks = np.array([rank for rank, _ in self.step_rank], dtype=int)
+        ranks, rank_index = np.unique(np.concatenate([r["rank"].astype(int), step_ranks]), return_inverse=True)
+        self.rank_count = len(ranks)
+        self.rank_index = rank_index[: self.count].tolist()
+        step_rank_index = rank_index[self.count:]
         base = min(r["start_ns"].min(), r["begin_ns"].min(), self.window_start.min())
-        self.begins = {c: float(r["begin_ns"][i] - base) for i, c in enumerate(collective)}
-        self.ends = {c: float(r["collective_end_ns"][i] - base) for i, c in enumerate(collective)}
-        self.channels: dict[int, list[tuple]] = {}
+        first = np.full(self.collectives, -1)
+        first[collective[::-1]] = np.arange(self.count)[::-1]  # each collective's first row
+        self.first_rows = first
+        self.begins = (r["begin_ns"][first] - base).astype(float)
+        measured = (r["collective_end_ns"][first] - r["begin_ns"][first]).astype(float)
+        channel_ids: dict[tuple, int] = {}
+        links: list[list[int]] = [[] for _ in range(self.collectives)]
+        for i, c in enumerate(collective):
+            for channel in channels(int(r["rank"][i]), bool(self.intra[i]), self.op[i]):
+                links[c].append(channel_ids.setdefault(channel, len(channel_ids)))
+        self.links = [np.array(sorted(set(ids))) for ids in links]
+        self.channel_count = len(channel_ids)
         waited = r["waited_ns"].astype(float)
         slack = np.array([np.nan if v is None else float(v) for v in r["slack_ns"]])
+        # (time, order at equal times, kind, index, collective or rank index, then what a wait needs)
         events = []
-        for k, (rank, _) in enumerate(self.step_rank):
-            events.append((float(self.window_start[k] - base), 0, "open", k, rank, None))
-            events.append((float(self.window_end[k] - base), 4, "close", k, rank, None))
+        for k in range(len(self.step_rank)):
+            events.append((float(self.window_start[k] - base), 0, OPEN, k, int(step_rank_index[k])))
+            events.append((float(self.window_end[k] - base), 4, CLOSE, k, int(step_rank_index[k])))
         for i, c in enumerate(collective):
-            first = c not in self.channels
-            self.channels.setdefault(c, []).extend(channels(int(r["rank"][i]), bool(self.intra[i]), self.op[i]))
-            events.append((float(r["start_ns"][i] - base), 1, "arrive", i, c, None))
-            if first:
-                events.append((self.begins[c], 2, "begin", i, c, None))
+            events.append((float(r["start_ns"][i] - base), 1, ARRIVE, i, c))
+            if first[c] == i:
+                events.append((self.begins[c], 2, BEGIN, i, c))
             late = 0.0 if np.isnan(slack[i]) else slack[i]
             if waited[i] > 0 or not np.isnan(slack[i]):
                 end, begin, start = float(r["end_ns"][i] - base), self.begins[c], float(r["start_ns"][i] - base)
@@ -132,27 +147,32 @@ class Replay:
                 own = end < begin and begin - end >= end - start
                 into = None if own else max(0.0, end - begin)
                 at = end if own else max(end, begin)
-                events.append((at + late, 3, "wait", i, c, (waited[i], late, into)))
+                # Its end shift less its slack: that of its arrival, or its collective's begin shift
+                # plus `into` times the collective's stretch (replayed over measured duration) less 1.
+                part = 0.0 if into is None or measured[c] <= 0 else into / measured[c]
+                shortfall = late + (0.0 if into is None or measured[c] <= 0 else into)
+                events.append((at + late, 3, WAIT, i, c, float(waited[i]), into is None, part, shortfall))
         events.sort(key=lambda e: (e[0], e[1], e[3]))
-        return events
+        self._events = events
 
-    def rates(self, scenarios: list[Scenario]) -> np.ndarray:
+    def rates(self, scenarios: list[Scenario], rows=slice(None)) -> np.ndarray:
         """rows x scenarios: the line rate of each collective's link in each scenario (0: as measured)."""
         network = np.array([s.network_gbps or 0.0 for s in scenarios])
         intra = np.array([s.intra_gbps or 0.0 for s in scenarios])
-        return np.where(self.intra[:, None], intra[None, :], network[None, :])
+        return np.where(self.intra[rows, None], intra[None, :], network[None, :])
 
-    def scale(self, scenarios: list[Scenario]) -> np.ndarray:
+    def scale(self, scenarios: list[Scenario], rows=slice(None)) -> np.ndarray:
         """rows x scenarios: each collective's transfer time in each scenario over its time in the run."""
-        rate = self.rates(scenarios)
-        known = (rate > 0) & (self.link_gbps[:, None] > 0)  # else the link stays as measured
-        ratio = np.where(known, self.link_gbps[:, None] / np.where(known, rate, 1.0), 1.0)
+        rate = self.rates(scenarios, rows)
+        link = self.link_gbps[rows, None]
+        known = (rate > 0) & (link > 0)  # else the link stays as measured
+        ratio = np.where(known, link / np.where(known, rate, 1.0), 1.0)
         compression = np.array([[dict(s.compression).get(d, dict(s.compression).get("all", 1.0)) for s in scenarios]
                                 for d in self.dimension_names])
-        ratio = ratio / compression[self.dimension_code]
+        ratio = ratio / compression[self.dimension_code[rows]]
         for multiple in {s.rank_multiple for s in scenarios} - {1}:
             chosen = np.array([s.rank_multiple == multiple for s in scenarios])
-            ratio[:, chosen] *= self._traffic_growth(multiple)[:, None]
+            ratio[:, chosen] *= self._traffic_growth(multiple)[rows, None]
         return ratio
 
     def _traffic_growth(self, multiple: int) -> np.ndarray:
@@ -164,7 +184,7 @@ class Replay:
             self._growth[multiple] = np.where(grows & (before > 0), after / np.where(before > 0, before, 1.0), 1.0)
         return self._growth[multiple]
 
-    def durations(self, scenarios: list[Scenario]) -> np.ndarray:
+    def durations(self, scenarios: list[Scenario], rows=slice(None)) -> np.ndarray:
         """rows x scenarios: each collective's replayed duration, its transfer (as achieved, or at
         line rate) scaled, plus what no link shortens.
 
@@ -172,57 +192,66 @@ class Replay:
         the scenario's rate: that needs only its size. As achieved, it stays as measured.
         """
         at_line_rate = np.array([s.line_rate for s in scenarios])[None, :]
-        scale = self.scale(scenarios)
-        transfer = np.where(at_line_rate, self.wire[:, None], self.transfer[:, None]) * scale
-        rate = self.rates(scenarios)
-        sized = at_line_rate & (self.link_gbps[:, None] == 0) & (self.bits[:, None] > 0) & (rate > 0)
-        transfer = np.where(sized, self.bits[:, None] / np.where(rate > 0, rate, 1.0) * scale, transfer)
-        return transfer + self.rest[:, None]
+        scale = self.scale(scenarios, rows)
+        transfer = np.where(at_line_rate, self.wire[rows, None], self.transfer[rows, None]) * scale
+        rate = self.rates(scenarios, rows)
+        bits = self.bits[rows, None]
+        sized = at_line_rate & (self.link_gbps[rows, None] == 0) & (bits > 0) & (rate > 0)
+        transfer = np.where(sized, bits / np.where(rate > 0, rate, 1.0) * scale, transfer)
+        return transfer + self.rest[rows, None]
 
-    def run(self, scenarios: list[Scenario]) -> tuple[np.ndarray, np.ndarray]:
-        """Each rank-step's replayed length (rank-steps x scenarios), and each row's replayed
-        exposed wait (rows x scenarios)."""
+    def run(self, scenarios: list[Scenario], exposure: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """Each rank-step's replayed length (rank-steps x scenarios), and with `exposure` each row's
+        replayed exposed wait (rows x scenarios).
+
+        Per rank, its shift: replayed time minus measured time, now. The loop runs once per event
+        whatever the number of scenarios, so it does as few vector operations per event as it can.
+        """
         width = len(scenarios)
-        duration = self.durations(scenarios)
+        duration = list(self.durations(scenarios, self.first_rows))  # per collective, as its first row
         step_ns = np.repeat(self.step_ns[:, None], width, axis=1)
-        exposure = np.zeros((self.count, width))
+        exposed = np.zeros((self.count, width)) if exposure else None
         zero = np.zeros(width)
-        shift: dict[int, np.ndarray] = {}  # per rank: replayed time minus measured time, now
-        opened: dict[int, np.ndarray] = {}
-        arrived: dict[int, np.ndarray] = {}
-        arrival_shift: dict[int, np.ndarray] = {}
-        free: dict[tuple, np.ndarray] = {}
-        begin_shift: dict[int, np.ndarray] = {}
-        stretch: dict[int, np.ndarray] = {}
-        for t, _, kind, i, c, extra in self._events:
-            if kind == "open":
-                opened[i] = shift.get(c, zero)
-            elif kind == "close":
-                step_ns[i] = self.step_ns[i] + shift.get(c, zero) - opened[i]
-            elif kind == "arrive":
-                arrival_shift[i] = shift.get(int(self.rows["rank"][i]), zero)
-                arrival = t + arrival_shift[i]
-                arrived[c] = np.maximum(arrived[c], arrival) if c in arrived else arrival
-            elif kind == "begin":
-                start = arrived.get(c, np.full(width, self.begins[c]))
-                for channel in self.channels[c]:
-                    if channel in free:
-                        start = np.maximum(start, free[channel])
-                for channel in self.channels[c]:
-                    free[channel] = start + duration[i]
-                begin_shift[c] = start - self.begins[c]
-                measured = self.ends[c] - self.begins[c]
-                stretch[c] = duration[i] / measured if measured > 0 else np.ones(width)
-            else:
-                waited, slack, into = extra  # into: how far into its collective the instance ended
-                rank = int(self.rows["rank"][i])
-                end_shift = arrival_shift[i] if into is None else begin_shift[c] + into * (stretch[c] - 1)
-                before = shift.get(rank, zero)
-                after = np.maximum(before - waited, end_shift - slack)
+        shift = [zero] * self.rank_count
+        opened = [zero] * len(self.step_ns)
+        arrival_shift = [zero] * self.count
+        arrived: list[np.ndarray | None] = [None] * self.collectives
+        begin_shift = [zero] * self.collectives
+        free = np.full((self.channel_count, width), -np.inf)  # when each one-way link is next free
+        rank_of, begins, links = self.rank_index, self.begins, self.links
+        for event in self._events:
+            kind = event[2]
+            if kind == ARRIVE:
+                t, _, _, i, c = event
+                now = shift[rank_of[i]]
+                arrival_shift[i] = now
+                arrival = now + t
+                arrived[c] = arrival if arrived[c] is None else np.maximum(arrived[c], arrival)
+            elif kind == WAIT:
+                _, _, _, i, c, waited, at_arrival, part, shortfall = event
+                if at_arrival:
+                    end_less_slack = arrival_shift[i] - shortfall
+                elif part:
+                    end_less_slack = begin_shift[c] + (duration[c] * part - shortfall)
+                else:
+                    end_less_slack = begin_shift[c] - shortfall
+                rank = rank_of[i]
+                before = shift[rank]
+                after = np.maximum(before - waited, end_less_slack)
                 shift[rank] = after
-                exposure[i] = waited + after - before
-        return step_ns, exposure
-
+                if exposure:
+                    exposed[i] = after - before + waited
+            elif kind == BEGIN:
+                c = event[4]
+                start = free[links[c]].max(axis=0)
+                start = np.maximum(start, begins[c] if arrived[c] is None else arrived[c])
+                free[links[c]] = start + duration[c]
+                begin_shift[c] = start - begins[c]
+            elif kind == OPEN:
+                opened[event[3]] = shift[event[4]]
+            else:
+                step_ns[event[3]] += shift[event[4]] - opened[event[3]]
+        return step_ns, exposed
 
 INPUTS_QUERY = "SELECT * FROM whatif_inputs ORDER BY rank, step, begin_ns"
 STEPS_QUERY = ("SELECT rank, step, window_start_ns, window_end_ns, step_ns, step_ns - exposed_comm_ns AS compute_ns "
@@ -266,7 +295,7 @@ class Model:
     def cells(self, cells: list[Cell]) -> tuple[list[dict], list[dict]]:
         """Per cell its predicted step; per cell and dimension the exposed communication."""
         scenarios = [self.scenario(cell) for cell in cells]
-        step_ns, exposure = self.replay.run(scenarios)
+        step_ns, exposure = self.replay.run(scenarios, exposure=True)
         replay = self.replay
         comm_ns = replay.durations(scenarios).sum(axis=0) / len(replay.step_ns)
         fixed = replay.exposed_ns.sum() - replay.rows["waited_ns"].astype(float).sum()
@@ -291,7 +320,7 @@ class Model:
     def least(self, problems: list[tuple[Callable[[float], Scenario], float, tuple[float, float]]]) -> list[float | None]:
         """For each (make, target, (low, high)), the least x in [low, high] whose scenario make(x)
         reaches the target scaling factor, the step being non-increasing in x: `low` when it
-        already does, None when no x does. All problems are bisected together, in log space."""
+        already does, None when no x does. All problems are searched together, in log space."""
         if not problems:
             return []
         makes = [make for make, _, _ in problems]
@@ -300,10 +329,17 @@ class Model:
         ends = self.scaling([make(UNBOUNDED) for make in makes] + [make(x) for make, x in zip(makes, low)])
         reachable, already = ends[: len(goal)] >= goal, ends[len(goal):] >= goal
         lo, hi = np.log(low), np.log(high)
-        for _ in range(SEARCH_STEPS):
-            middle = (lo + hi) / 2
-            sf = self.scaling([make(float(np.exp(m))) for make, m in zip(makes, middle)])
-            hi, lo = np.where(sf >= goal, middle, hi), np.where(sf >= goal, lo, middle)
+        searched = np.flatnonzero(reachable & ~already)  # the others' answers are known
+        for _ in range(SEARCH_PASSES if searched.size else 0):
+            # Three points a quarter apart: the first that reaches the goal (monotone in x) and the
+            # one before it bound a quarter of the range. A pass costs one replay, however wide.
+            quarter = (hi[searched] - lo[searched]) / 4
+            points = lo[searched, None] + quarter[:, None] * np.arange(1, 4)
+            sf = self.scaling([makes[k](float(np.exp(m))) for k, row in zip(searched, points) for m in row])
+            met = (sf.reshape(-1, 3) >= goal[searched, None])
+            first = np.where(met.any(axis=1), met.argmax(axis=1), 3)
+            hi[searched] = np.where(first < 3, lo[searched] + quarter * (first + 1), hi[searched])
+            lo[searched] = lo[searched] + quarter * first
         return [float(x) if a else (float(np.exp(h)) if r else None) for a, r, h, x in zip(already, reachable, hi, low)]
 
     def targets(self, cells: list[Cell], targets: tuple[float, ...]) -> list[dict]:
