@@ -11,6 +11,9 @@ are written last.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -64,25 +67,91 @@ def parse_run(
     settings: Settings,
     progress: Progress | None = None,
 ) -> ParseSummary:
-    """Write `runs`, `ranks`, `process_groups`, `trace_events` and `parse_issues` for one run."""
-    started = time.perf_counter()
+    """Write `runs`, `ranks`, `process_groups`, `trace_events` and `parse_issues` for one run: its
+    trace files as one shard, in this process, then the rest."""
+    shards = start_parse(source, version, shard_bytes=None)
+    parse_shard(source, version, settings, 0, shards[0], progress)
+    return finish_parse(source, version, warehouse, settings, progress)
+
+
+SHARDS_DIR = "_shards"  # in a staging version: the shard plan, and a record of each shard parsed
+
+
+def start_parse(source: RunSource, version: Path, shard_bytes: int | None) -> list[list[int]]:
+    """Plan the run's parse: its trace files (by index) in shards of about `shard_bytes` of raw
+    input each, in file order (a larger file a shard alone; None: one shard). Empties the
+    version's trace_events and shard records, and writes the plan beside them."""
+    shards: list[list[int]] = [[]]
+    size = 0
+    for index, path in enumerate(source.trace_files):
+        nbytes = path.stat().st_size if path.exists() else 0
+        if shards[-1] and shard_bytes is not None and size + nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(index)
+        size += nbytes
+    for name in ("trace_events", SHARDS_DIR):
+        shutil.rmtree(version / name, ignore_errors=True)
+        (version / name).mkdir(parents=True)
+    plan = {"files": [str(path) for path in source.trace_files], "shards": shards}
+    _write_json(version / SHARDS_DIR / "plan.json", plan)
+    return shards
+
+
+def parse_shard(
+    source: RunSource, version: Path, settings: Settings, shard: int, files: list[int], progress: Progress | None = None,
+) -> dict:
+    """Parse trace files `files` (indices of the plan) into parts of the version's trace_events,
+    and record what was learnt of each (its `ranks` row, metadata, issues) for `finish_parse`.
+    Any process that sees the version's folder can run a shard. Returns the shard's record,
+    without its files' results."""
+    started = time.time()
+    plan = json.loads((version / SHARDS_DIR / "plan.json").read_text())
+    now = [str(path) for path in source.trace_files]
+    if any(index >= len(now) or now[index] != plan["files"][index] for index in files):
+        raise ValueError(f"{source.path}: the run's trace files changed after its parse was planned")
+    con = sql.session(settings.duckdb_config())
+    work_root = version / "_work" / f"shard-{shard}"
+    results = []
+    try:
+        for result in _parse_files(con, source, files, version / "trace_events", work_root, settings.threads):
+            results.append(result)
+            if progress:
+                progress(result.path.stat().st_size)
+    finally:
+        con.close()
+        normalize.cleanup(work_root)
+    record = {"shard": shard, "files": files, "host": socket.gethostname(), "pid": os.getpid(),
+              "started": started, "seconds": time.time() - started}
+    _write_json(version / SHARDS_DIR / f"shard-{shard:05d}.json", {**record, "results": [_as_json(r) for r in results]})
+    return record
+
+
+def finish_parse(
+    source: RunSource, version: Path, warehouse: Warehouse, settings: Settings, progress: Progress | None = None,
+) -> ParseSummary:
+    """Write the run's other parse tables once every shard of its plan is parsed: `ranks` and
+    `process_groups` from the shards' records, the counters, logs and Flight Recorder dumps, then
+    `runs` and `parse_issues`."""
+    plan = json.loads((version / SHARDS_DIR / "plan.json").read_text())
+    records = [json.loads(path.read_text()) for path in sorted((version / SHARDS_DIR).glob("shard-*.json"))]
+    results = {index: _from_json(result) for record in records for index, result in zip(record["files"], record["results"])}
+    unparsed = sorted(set(index for shard in plan["shards"] for index in shard) - set(results))
+    if unparsed:
+        raise ValueError(f"{version}: trace files {', '.join(plan['files'][i] for i in unparsed)} were planned but no shard parsed them")
+    started = min((record["started"] for record in records), default=time.time())
     issues = list(source.issues)
+    parsed: list[ParsedFile] = []
+    metas: dict[int, dict] = {}
+    for index in sorted(results):
+        result = results[index]
+        issues.extend(result.issues)
+        if result.parsed is not None:
+            parsed.append(result.parsed)
+            metas[index] = result.meta
     con = sql.session(settings.duckdb_config())
     try:
-        events_dir = warehouse.table_dir(version, "trace_events")
-        work_root = version / "_work"
-        parsed: list[ParsedFile] = []
-        metas: dict[int, dict] = {}
-        try:
-            for result in _parse_files(con, source, events_dir, work_root, settings.threads):
-                issues.extend(result.issues)
-                if result.parsed is not None:
-                    parsed.append(result.parsed)
-                    metas[result.parsed.row["file_index"]] = result.meta
-                if progress:
-                    progress(result.path.stat().st_size)
-        finally:
-            normalize.cleanup(work_root)
+        events_dir = version / "trace_events"
         if not parsed:
             # No trace could be read (or the run has logs only): the table still needs its schema.
             sql.write_parquet(con, f"({sql.table('trace_events').empty()})", events_dir / "part-empty.parquet")
@@ -103,13 +172,35 @@ def parse_run(
     finally:
         con.close()
     ranks = len({r["rank"] for r in rank_rows})
-    return ParseSummary(source.run_id, len(rank_rows), ranks, events, issues, time.perf_counter() - started)
+    return ParseSummary(source.run_id, len(rank_rows), ranks, events, issues, time.time() - started)
+
+
+def _write_json(path: Path, value) -> None:
+    """Write a record whole or not at all: a reader on another host never sees half of it."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(value))
+    os.replace(partial, path)
+
+
+def _as_json(result: FileResult) -> dict:
+    parsed = None if result.parsed is None else {"row": result.parsed.row, "part": str(result.parsed.part)}
+    return {"path": str(result.path), "parsed": parsed, "meta": result.meta, "issues": [i.__dict__ for i in result.issues]}
+
+
+def _from_json(record: dict) -> FileResult:
+    parsed = record["parsed"]
+    return FileResult(
+        Path(record["path"]),
+        None if parsed is None else ParsedFile(parsed["row"], Path(parsed["part"])),
+        record["meta"],
+        [ParseIssue(**issue) for issue in record["issues"]],
+    )
 
 
 def _parse_files(
-    db: duckdb.DuckDBPyConnection, source: RunSource, events_dir: Path, work_root: Path, workers: int
+    db: duckdb.DuckDBPyConnection, source: RunSource, indices: list[int], events_dir: Path, work_root: Path, workers: int
 ) -> Iterator[FileResult]:
-    """Parse the run's trace files `workers` at a time, yielding their results in file order.
+    """Parse the run's trace files `indices`, `workers` at a time, yielding their results in order.
 
     Each file is cut and parsed by one worker on its own cursor: DuckDB and the kernel copies
     release the interpreter, so the workers keep every core busy, and no core idles while the
@@ -125,7 +216,7 @@ def _parse_files(
             con.close()
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wirespeed-parse") as pool:
-        yield from pool.map(parse, range(len(files)))
+        yield from pool.map(parse, indices)
 
 
 def _parse_file(

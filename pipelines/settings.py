@@ -33,6 +33,7 @@ The patterns add to the built-in ones; they never replace them. Also:
     [resources]
     threads = 8                  # DuckDB threads for parsing and analysis (default: every core)
     memory_mb = 640              # DuckDB's memory per ingest; beyond it, joins and tables spill to disk
+    shard_mb = 1024              # raw trace bytes per parse step of a Dagster run (its workers share them)
 
     [dimensions]
     # The parallel dimension of a process group, by its description or name, where the built-in
@@ -94,6 +95,7 @@ class Settings:
     # the interpreter and libraries, an ingest stays under 1 GB (docs/performance.md); at 768 MB
     # the analysis of ten million device events ran 1-4 s faster but peaked at 1.2 GB.
     memory_mb: int = 640
+    shard_mb: int = 1024
     reduce_cost: tuple[tuple[int, float], ...] = whatif.DEFAULT_REDUCE_COST
     verdict: dict = field(default_factory=lambda: dict(DEFAULT_VERDICT))
     # (process group description or name, dimension) pairs from [dimensions].
@@ -163,8 +165,8 @@ def load(warehouse_root: Path) -> Settings:
             )
     resources = config.get("resources", {})
     for key, value in resources.items():
-        if key not in ("threads", "memory_mb") or not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{path}: [resources] {key} must be threads or memory_mb, with a positive whole number")
+        if key not in ("threads", "memory_mb", "shard_mb") or not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{path}: [resources] {key} must be threads, memory_mb or shard_mb, with a positive whole number")
     dimensions = config.get("dimensions", {})
     for key, value in dimensions.items():
         if value not in DIMENSIONS:
@@ -173,6 +175,7 @@ def load(warehouse_root: Path) -> Settings:
         BUILTIN_COMM_PATTERNS + tuple(extra),
         threads=resources.get("threads", Settings.threads),
         memory_mb=resources.get("memory_mb", Settings.memory_mb),
+        shard_mb=resources.get("shard_mb", Settings.shard_mb),
         reduce_cost=reduce_cost,
         verdict=verdict,
         dimensions=tuple(dimensions.items()),

@@ -1,8 +1,9 @@
 """The three stages of ingesting one run, as plain functions: parse, analyse, report.
 
 The Dagster assets (pipelines/defs/) are thin wrappers that run these and turn their outcomes
-into materialisations and check results. `wirespeed ingest` runs the same functions directly
-when no Dagster instance is configured, which spares a user Dagster's start-up and run
+into materialisations and check results; their parse runs as a plan, shards and a finish, so
+that several workers can parse one run's trace files. `wirespeed ingest` runs the same functions
+directly when no Dagster instance is configured, which spares a user Dagster's start-up and run
 machinery; both paths write the same tables.
 """
 
@@ -13,8 +14,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines import checks, rollups, sql
-from pipelines.ingest import parse_run
+from pipelines import checks, ingest, rollups, sql
+from pipelines.ingest import ParseSummary, parse_run
 from pipelines.settings import Settings
 from pipelines.sources import RunSource, discover
 from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, open_version
@@ -52,7 +53,7 @@ def run_source(store: Warehouse, landing: Path, run_id: str) -> RunSource:
 def parse(
     store: Warehouse, settings: Settings, landing: Path, run_id: str, key: str, progress, publish: bool
 ) -> StageOutcome:
-    """Read the run's raw inputs into the parse tables of staging version `key`.
+    """Read the run's raw inputs into the parse tables of staging version `key`, in this process.
 
     `publish` makes that version the run's published one at once, for when no analysis follows.
     """
@@ -61,6 +62,45 @@ def parse(
     source = run_source(store, landing, run_id)
     version = store.start_version(run_id, key, carry_tables=())
     summary = parse_run(source, version, store, settings, progress)
+    return _parsed(store, settings, source, version, summary, publish)
+
+
+# The parse of a run as separate steps, which a Dagster run may spread over workers that share
+# the warehouse's folder: plan its shards, parse each, then finish (see pipelines/ingest.py).
+
+def plan_parse(store: Warehouse, settings: Settings, landing: Path, run_id: str, key: str) -> list[list[int]]:
+    """The shards of trace files (indices) that `parse_shard` parses, about `shard_mb` each."""
+    source = run_source(store, landing, run_id)
+    version = store.start_version(run_id, key, carry_tables=())
+    return ingest.start_parse(source, version, settings.shard_mb * 1024 * 1024)
+
+
+def parse_shard(
+    store: Warehouse, settings: Settings, landing: Path, run_id: str, key: str, shard: int, files: list[int], progress,
+) -> dict:
+    """Parse one shard of the plan into staging version `key`; returns its record (host, seconds)."""
+    source = run_source(store, landing, run_id)
+    return ingest.parse_shard(source, store.staging(run_id, key), settings, shard, files, progress)
+
+
+def finish_parse(
+    store: Warehouse, settings: Settings, landing: Path, run_id: str, key: str, progress, publish: bool
+) -> StageOutcome:
+    """The rest of the parse once every shard is parsed: what `parse` returns."""
+    source = run_source(store, landing, run_id)
+    version = store.staging(run_id, key)
+    try:
+        summary = ingest.finish_parse(source, version, store, settings, progress)
+    except ValueError as problem:
+        raise StageError(str(problem)) from problem
+    return _parsed(store, settings, source, version, summary, publish)
+
+
+def _parsed(
+    store: Warehouse, settings: Settings, source: RunSource, version: Path, summary: ParseSummary, publish: bool
+) -> StageOutcome:
+    """The parse stage's outcome: its tables' rows, the parse checks, its lines."""
+    run_id = source.run_id
     info = [f"{run_id}: {summary.files} trace files, {summary.ranks} ranks, {summary.events} events in {summary.seconds:.1f} s"]
     info += [f"{issue.where()}: {issue.reason}" for issue in summary.issues]
     warnings = []

@@ -215,33 +215,11 @@ def test_dagster_cli_validates_the_workspace(tmp_path):
     assert result.returncode == 0 and "All code locations passed validation" in result.stdout + result.stderr
 
 
-# Columns that say when or how fast an ingest ran, not what it found.
-TIMING_COLUMNS = {"runs": ["ingested_at_ns"], "ranks": ["parse_seconds"], "run_summary": ["ingested_at_ns"]}
-
-
-def _comparable(name: str) -> str:
-    """Table `name`'s columns, timing left out, doubles to 12 significant digits: DuckDB sums in
-    parallel, so a sum's last bits vary from one run to the next on either path."""
-    from pipelines import sql
-
-    columns = []
-    for column in sql.table(name).columns:
-        if column.name in TIMING_COLUMNS.get(name, []):
-            continue
-        quoted = f'"{column.name}"'
-        if column.type == "DOUBLE":
-            quoted = (f"CASE WHEN {quoted} = 0 OR NOT isfinite({quoted}) THEN {quoted} "
-                      f"ELSE round({quoted}, 11 - CAST(floor(log10(abs({quoted}))) AS INTEGER)) END")
-        columns.append(quoted)
-    return ", ".join(columns)
-
-
 def test_the_cli_writes_the_same_tables_with_and_without_dagster(tmp_path, monkeypatch):
     """Without DAGSTER_HOME the CLI runs the assets' stages directly; with it, it materialises the
     assets in that instance. Both warehouses hold the same rows in every table, and the instance
     has recorded every run's materialisations."""
-    from conftest import TRACES, shared_trace_files, wirespeed
-    from pipelines.warehouse import ROLLUP_TABLES, TABLES
+    from conftest import TRACES, rows_differ, shared_trace_files, wirespeed
 
     paths = [str(p) for p in shared_trace_files()] + [str(TRACES / "hta_sampled_2rank")]
     home = tmp_path / "dagster_home"
@@ -253,21 +231,7 @@ def test_the_cli_writes_the_same_tables_with_and_without_dagster(tmp_path, monke
     direct, through = Warehouse(tmp_path / "direct"), Warehouse(tmp_path / "dagster")
     runs = direct.run_ids()
     assert len(runs) == len(paths) and through.run_ids() == runs
-    con = direct.connect()
-    try:
-        con.execute("SET VARIABLE other_root = ?", [str(through.root)]).fetchall()
-        for name in TABLES + ROLLUP_TABLES:
-            columns = _comparable(name)
-            folder = "rollups" if name in ROLLUP_TABLES else "runs/*"
-            other = (f"read_parquet(getvariable('other_root') || '/{folder}/{name}/*.parquet', "
-                     "union_by_name = true, hive_partitioning = false)")
-            mine = f'SELECT {columns} FROM "{name}"'
-            theirs = f"SELECT {columns} FROM {other}"
-            (count,) = con.execute(f"SELECT count(*) FROM ({mine})").fetchall()[0]
-            (differ,) = con.execute(f"SELECT count(*) FROM (({mine} EXCEPT ALL {theirs}) UNION ALL ({theirs} EXCEPT ALL {mine}))").fetchall()[0]
-            assert differ == 0, f"{name}: {differ} of {count} rows differ between the two paths"
-    finally:
-        con.close()
+    assert rows_differ(direct, through) == {}
 
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     instance = dg.DagsterInstance.get()

@@ -1,7 +1,8 @@
 """Per-run assets: the parse tables and the analysis tables of each run partition.
 
-Each runs one stage of pipelines/stages.py. Both write into one staging version of the run, keyed by the Dagster run, and the
-last of them in the Dagster run publishes it: a query sees a run's previous version until every
+Each runs stages of pipelines/stages.py: the parse as a plan, a step per shard of trace files
+and a finish, the analysis as one step. Both write into one staging version of the run, keyed by
+the Dagster run, and the last of them in the Dagster run publishes it: a query sees a run's previous version until every
 table of the new one is written, then all of the new one at once. The analysis stage reads the
 parse tables of the same staging version when the parse stage ran in this Dagster run, and the
 published ones otherwise, so re-running the analysis never re-reads a raw trace.
@@ -14,7 +15,7 @@ import dagster as dg
 from pipelines import checks, sql, stages
 from pipelines.analysis import lineage
 from pipelines.defs.partitions import runs_partitions
-from pipelines.defs.resources import IngestProgress, WarehouseResource
+from pipelines.defs.resources import WarehouseResource
 from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES
 
 INGEST_POOL = "wirespeed_ingest"
@@ -56,12 +57,16 @@ def _staged(stage, *arguments) -> stages.StageOutcome:
         raise dg.Failure(str(problem)) from problem
 
 
-def _results(context: dg.AssetExecutionContext, outcome: stages.StageOutcome):
-    """Log the stage's lines, then materialise its tables and report its checks."""
+def _log(context: dg.OpExecutionContext, outcome: stages.StageOutcome) -> None:
     for line in outcome.info:
         context.log.info(line)
     for line in outcome.warnings:
         context.log.warning(line)
+
+
+def _results(context: dg.AssetExecutionContext, outcome: stages.StageOutcome):
+    """Log the stage's lines, then materialise its tables and report its checks."""
+    _log(context, outcome)
     for name, metadata in outcome.tables.items():
         yield dg.MaterializeResult(asset_key=name, metadata=metadata)
     for verdict in outcome.verdicts:
@@ -79,24 +84,65 @@ def check_fields(verdict: checks.Verdict) -> dict:
     }
 
 
-@dg.multi_asset(
-    specs=[_spec(name, "ingest") for name in PARSE_TABLES],
-    check_specs=_check_specs(checks.PARSE_CHECKS),
-    partitions_def=runs_partitions,
+PARSE_CHECKS = _check_specs(checks.PARSE_CHECKS)
+
+
+@dg.op(out=dg.DynamicOut(list), pool=INGEST_POOL, required_resource_keys={"warehouse"})
+def plan_parse(context: dg.OpExecutionContext):
+    """The run's trace files in shards of about `[resources] shard_mb` each, a parse step apiece."""
+    warehouse: WarehouseResource = context.resources.warehouse
+    shards = _staged(stages.plan_parse, warehouse.open(), warehouse.settings(), Path(warehouse.landing),
+                     context.partition_key, context.run.run_id)
+    context.log.info(f"{context.partition_key}: {sum(map(len, shards))} trace files in {len(shards)} shards")
+    for shard, files in enumerate(shards):
+        yield dg.DynamicOutput(files, mapping_key=f"shard_{shard}")
+
+
+@dg.op(pool=INGEST_POOL, required_resource_keys={"warehouse", "ingest_progress"})
+def parse_shard(context: dg.OpExecutionContext, files: list) -> dict:
+    """Parse one shard's trace files into the run's staging version, on whichever worker runs it."""
+    warehouse: WarehouseResource = context.resources.warehouse
+    shard = int(context.get_mapping_key().removeprefix("shard_"))
+    record = stages.parse_shard(warehouse.open(), warehouse.settings(), Path(warehouse.landing), context.partition_key,
+                                context.run.run_id, shard, files, context.resources.ingest_progress.advance)
+    context.log.info(f"{context.partition_key}: shard {shard} ({len(files)} files) parsed on {record['host']} "
+                     f"in {record['seconds']:.1f} s")
+    return record
+
+
+@dg.op(
+    out={**{name: dg.Out(dg.Nothing) for name in PARSE_TABLES}, **{c.get_python_identifier(): dg.Out(dg.Nothing) for c in PARSE_CHECKS}},
     pool=INGEST_POOL,
-    can_subset=False,
     required_resource_keys={"warehouse", "ingest_progress"},
 )
-def normalized_run(context: dg.AssetExecutionContext):
-    """Read a run's raw inputs once and normalise them into its parse tables."""
+def finish_parse(context: dg.OpExecutionContext, shards: list):
+    """Once every shard is parsed: the run's other parse tables, the parse checks, and the
+    version published when no analysis follows in this Dagster run."""
     warehouse: WarehouseResource = context.resources.warehouse
-    progress: IngestProgress = context.resources.ingest_progress
+    hosts = sorted({shard["host"] for shard in shards})
+    context.log.info(f"{context.partition_key}: {len(shards)} shards parsed on {', '.join(hosts)}")
     publish = not _this_run_materializes(context, ANALYSIS_TABLES)
-    outcome = _staged(
-        stages.parse, warehouse.open(), warehouse.settings(), Path(warehouse.landing), context.partition_key,
-        context.run.run_id, progress.advance, publish,
-    )
-    yield from _results(context, outcome)
+    outcome = _staged(stages.finish_parse, warehouse.open(), warehouse.settings(), Path(warehouse.landing),
+                      context.partition_key, context.run.run_id, context.resources.ingest_progress.advance, publish)
+    _log(context, outcome)
+    for name, metadata in outcome.tables.items():
+        yield dg.Output(None, output_name=name, metadata={**metadata, "parse_hosts": ", ".join(hosts)})
+    for verdict in outcome.verdicts:
+        yield dg.AssetCheckResult(asset_key=verdict.table, **check_fields(verdict))
+
+
+@dg.graph_multi_asset(
+    outs={name: dg.AssetOut.from_spec(_spec(name, "ingest")) for name in PARSE_TABLES},
+    check_specs=PARSE_CHECKS,
+    partitions_def=runs_partitions,
+    group_name="ingest",
+    can_subset=False,
+)
+def normalized_run():
+    """Read a run's raw inputs once and normalise them into its parse tables: its trace files in
+    shards, each a step that any worker sharing the warehouse can run, then the rest."""
+    finished = finish_parse(plan_parse().map(parse_shard).collect())
+    return dict(zip([*PARSE_TABLES, *(c.get_python_identifier() for c in PARSE_CHECKS)], finished, strict=True))
 
 
 @dg.multi_asset(
