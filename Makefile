@@ -4,12 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test bench scale-demo clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[collect,test]'
+	$(PY) -m pip install --quiet -e '.[collect,test,scale]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -25,6 +25,11 @@ test: $(STAMP)
 # Ingest speed and memory against HTA and raw parsers, whole processes against HTA (docs/performance.md).
 bench: $(STAMP)
 	$(PY) -m pipelines.bench $(BENCH_ARGS)
+
+# Bring deploy/ up on three emulated hosts (PostgreSQL, Redis, the daemon, two Celery workers; needs
+# root, postgresql and redis-server), ingest a 16-rank run and 20 small runs through it, print JSON.
+scale-demo: $(STAMP)
+	$(VENV)/bin/wirespeed scale-demo
 
 clean:
 	rm -rf $(VENV) demo bench-data .pytest_cache

@@ -130,6 +130,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_warehouse_dir(args.warehouse), _landing_dir(args.landing), EXAMPLES, where)
 
 
+def cmd_scale_demo(args: argparse.Namespace) -> int:
+    import json
+
+    from pipelines.deployment import missing, scale_demo
+
+    reason = missing()
+    if reason:
+        raise LookupError(f"the deployment cannot be brought up here: {reason}")
+    result = scale_demo(args.small_runs, args.ranks, args.timeout)
+    print(json.dumps(result))
+    good = result["identical_tables"] and len(result["workers"]) >= 2 and result["runs_ingested"] == result["runs_landed"]
+    return 0 if good else 1
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="wirespeed", description="Is the network the bottleneck of your distributed PyTorch run?")
     commands = top.add_subparsers(dest="subcommand", required=True)
@@ -217,6 +231,16 @@ def parser() -> argparse.ArgumentParser:
     )
     where.add_argument("--single-host", action="store_true", help="capture on this host, over loopback (a line rate assumed)")
     demo.set_defaults(run=cmd_demo)
+
+    scale = commands.add_parser(
+        "scale-demo",
+        help="bring deploy/ up on three emulated hosts (PostgreSQL, Redis, daemon, two Celery workers), ingest through it, "
+             "print what it saw as JSON (needs root, postgresql, redis-server)",
+    )
+    scale.add_argument("--ranks", type=int, default=16, help="ranks of the large run (default 16)")
+    scale.add_argument("--small-runs", type=int, default=20, help="small runs landed at once (default 20)")
+    scale.add_argument("--timeout", type=float, default=900, help="seconds to wait for each landing's ingest (default 900)")
+    scale.set_defaults(run=cmd_scale_demo)
     return top
 
 

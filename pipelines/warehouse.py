@@ -420,3 +420,41 @@ def create_version_view(con: duckdb.DuckDBPyConnection, name: str, temporary: bo
         f'CREATE OR REPLACE {"TEMP " if temporary else ""}VIEW "{name}" AS SELECT * FROM read_parquet('
         f"getvariable('version_dir') || '/{name}/*.parquet', union_by_name = true)"
     ).fetchall()
+
+
+# Columns that say when or how fast an ingest ran, not what it found.
+TIMING_COLUMNS = {"runs": ["ingested_at_ns"], "ranks": ["parse_seconds"], "run_summary": ["ingested_at_ns"]}
+
+
+def tables_differ(first: Warehouse, second: Warehouse, tables: list[str] | None = None, runs: list[str] | None = None) -> dict[str, str]:
+    """Per table whose rows differ between two warehouses (EXCEPT ALL both ways; `runs` only, when
+    given), how many: timing columns left out, doubles to 12 significant digits, since DuckDB sums
+    in parallel and a sum's last bits vary from one ingest to the next."""
+    differing = {}
+    con = first.connect()
+    try:
+        con.execute("SET VARIABLE other_root = ?", [str(second.root)]).fetchall()
+        con.execute("SET VARIABLE compared_runs = ?", [runs]).fetchall()
+        chosen = "WHERE getvariable('compared_runs') IS NULL OR list_contains(getvariable('compared_runs'), run_id)"
+        for name in tables or TABLES + ROLLUP_TABLES:
+            columns = []
+            for column in sql.table(name).columns:
+                if column.name in TIMING_COLUMNS.get(name, []):
+                    continue
+                quoted = f'"{column.name}"'
+                if column.type == "DOUBLE":
+                    quoted = (f"CASE WHEN {quoted} = 0 OR NOT isfinite({quoted}) THEN {quoted} "
+                              f"ELSE round({quoted}, 11 - CAST(floor(log10(abs({quoted}))) AS INTEGER)) END")
+                columns.append(quoted)
+            listed = ", ".join(columns)
+            folder = "rollups" if name in ROLLUP_TABLES else "runs/*"
+            other = (f"read_parquet(getvariable('other_root') || '/{folder}/{name}/*.parquet', "
+                     "union_by_name = true, hive_partitioning = false)")
+            mine, theirs = f'SELECT {listed} FROM "{name}" {chosen}', f"SELECT {listed} FROM {other} {chosen}"
+            (count,) = con.execute(f"SELECT count(*) FROM ({mine})").fetchall()[0]
+            (differ,) = con.execute(f"SELECT count(*) FROM (({mine} EXCEPT ALL {theirs}) UNION ALL ({theirs} EXCEPT ALL {mine}))").fetchall()[0]
+            if differ:
+                differing[name] = f"{differ} of {count} rows"
+    finally:
+        con.close()
+    return differing

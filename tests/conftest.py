@@ -74,45 +74,6 @@ def wirespeed(*args: str, cwd: Path | None = None, env: dict | None = None, chec
     return result
 
 
-# Columns that say when or how fast an ingest ran, not what it found.
-TIMING_COLUMNS = {"runs": ["ingested_at_ns"], "ranks": ["parse_seconds"], "run_summary": ["ingested_at_ns"]}
-
-
-def rows_differ(first: Warehouse, second: Warehouse, tables: list[str] | None = None) -> dict[str, str]:
-    """Per table whose rows differ between two warehouses (EXCEPT ALL both ways), how many: timing
-    columns left out, doubles to 12 significant digits (DuckDB sums in parallel, so a sum's last
-    bits vary from one run to the next)."""
-    from pipelines import sql
-    from pipelines.warehouse import ROLLUP_TABLES, TABLES
-
-    differing = {}
-    con = first.connect()
-    try:
-        con.execute("SET VARIABLE other_root = ?", [str(second.root)]).fetchall()
-        for name in tables or TABLES + ROLLUP_TABLES:
-            columns = []
-            for column in sql.table(name).columns:
-                if column.name in TIMING_COLUMNS.get(name, []):
-                    continue
-                quoted = f'"{column.name}"'
-                if column.type == "DOUBLE":
-                    quoted = (f"CASE WHEN {quoted} = 0 OR NOT isfinite({quoted}) THEN {quoted} "
-                              f"ELSE round({quoted}, 11 - CAST(floor(log10(abs({quoted}))) AS INTEGER)) END")
-                columns.append(quoted)
-            listed = ", ".join(columns)
-            folder = "rollups" if name in ROLLUP_TABLES else "runs/*"
-            other = (f"read_parquet(getvariable('other_root') || '/{folder}/{name}/*.parquet', "
-                     "union_by_name = true, hive_partitioning = false)")
-            mine, theirs = f'SELECT {listed} FROM "{name}"', f"SELECT {listed} FROM {other}"
-            (count,) = con.execute(f"SELECT count(*) FROM ({mine})").fetchall()[0]
-            (differ,) = con.execute(f"SELECT count(*) FROM (({mine} EXCEPT ALL {theirs}) UNION ALL ({theirs} EXCEPT ALL {mine}))").fetchall()[0]
-            if differ:
-                differing[name] = f"{differ} of {count} rows"
-    finally:
-        con.close()
-    return differing
-
-
 def demo_answers(result) -> list[str]:
     """The demo's per-run lines, after checking it printed nothing but progress bars before them."""
     runs = [line for line in result.stdout.splitlines() if not line.startswith("note: ")]

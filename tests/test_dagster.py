@@ -219,7 +219,8 @@ def test_the_cli_writes_the_same_tables_with_and_without_dagster(tmp_path, monke
     """Without DAGSTER_HOME the CLI runs the assets' stages directly; with it, it materialises the
     assets in that instance. Both warehouses hold the same rows in every table, and the instance
     has recorded every run's materialisations."""
-    from conftest import TRACES, rows_differ, shared_trace_files, wirespeed
+    from conftest import TRACES, shared_trace_files, wirespeed
+    from pipelines.warehouse import tables_differ
 
     paths = [str(p) for p in shared_trace_files()] + [str(TRACES / "hta_sampled_2rank")]
     home = tmp_path / "dagster_home"
@@ -231,7 +232,7 @@ def test_the_cli_writes_the_same_tables_with_and_without_dagster(tmp_path, monke
     direct, through = Warehouse(tmp_path / "direct"), Warehouse(tmp_path / "dagster")
     runs = direct.run_ids()
     assert len(runs) == len(paths) and through.run_ids() == runs
-    assert rows_differ(direct, through) == {}
+    assert tables_differ(direct, through) == {}
 
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     instance = dg.DagsterInstance.get()

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, rows_differ, wirespeed
+from conftest import REPO, wirespeed
 from pipelines import stages
 from pipelines.bench import synth
 from pipelines.settings import Settings
-from pipelines.warehouse import TABLES, Warehouse
+from pipelines.warehouse import TABLES, Warehouse, tables_differ
 
 RANKS = 16
 RANK_BYTES = 9_600_000  # one copy of the example trace's events per rank
@@ -57,7 +57,7 @@ def test_shards_in_processes_of_their_own_write_the_same_tables(landing, tmp_pat
     wirespeed("ingest", str(landing / "ranks16"), "--warehouse", str(direct.root), "--quiet",
               env={k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"})
     assert direct.run_ids() == sharded.run_ids() == ["ranks16"]
-    assert rows_differ(direct, sharded, list(TABLES)) == {}
+    assert tables_differ(direct, sharded, list(TABLES)) == {}
 
     records = [json.loads(p.read_text()) for p in sorted((sharded.published("ranks16") / "_shards").glob("shard-*.json"))]
     assert [record["files"] for record in records] == [list(range(k, k + 4)) for k in range(0, RANKS, 4)]

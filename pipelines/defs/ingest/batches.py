@@ -14,6 +14,7 @@ import dagster as dg
 
 from pipelines import sql, stages
 from pipelines.defs.ingest.assets import INGEST_POOL, check_fields
+from pipelines.defs.ingest.jobs import ingest_executor
 from pipelines.defs.reports.assets import regression_check, report_metadata
 from pipelines.defs.resources import IngestProgress, WarehouseResource
 from pipelines.materialize import Directly, failed
@@ -67,6 +68,9 @@ def ingest_runs(context: dg.OpExecutionContext, config: Batch, warehouse: Wareho
         )
 
 
-@dg.job(description="Ingest several landed runs in one Dagster run (the sensor's batches): parse, analyse, report each.")
+@dg.job(
+    description="Ingest several landed runs in one Dagster run (the sensor's batches): parse, analyse, report each.",
+    executor_def=ingest_executor(),
+)
 def ingest_batch_job():
     ingest_runs()
