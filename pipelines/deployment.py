@@ -32,6 +32,7 @@ BIN = Path(sys.executable).parent
 EXAMPLE = REPO / "examples" / "nccl_data.json.gz"
 RANK_BYTES = 9_600_000  # a copy of the example trace's events per rank
 SHARD_MB = 40  # four rank files a shard
+INGEST_JOBS = ("ingest_job", "ingest_batch_job")  # not the roll-ups' hourly schedule, which may fall in a demo
 
 
 def missing() -> str | None:
@@ -190,16 +191,17 @@ class Deployment:
 
 
 def status(run_ids: list[str]) -> dict:
-    """The instance at $DAGSTER_HOME: the runs whose reports are materialised, the Dagster runs
-    not finished yet and those that failed, each ingest_job run's seconds by partition, and how
-    many times each of `run_ids` had its trace_events materialised."""
+    """The instance at $DAGSTER_HOME: the runs whose reports are materialised; of the ingest jobs'
+    Dagster runs, those not finished yet and those that failed, each ingest_job run's seconds by
+    partition, each run's steps, the most under way at once; and how many times each of `run_ids`
+    had its trace_events materialised."""
     import dagster as dg
 
     instance = dg.DagsterInstance.get()
     try:
         unfinished = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                       dg.DagsterRunStatus.STARTED]
-        records = instance.get_run_records()
+        records = [r for r in instance.get_run_records() if r.dagster_run.job_name in INGEST_JOBS]
         materialized = {
             run_id: len(instance.fetch_materializations(
                 dg.AssetRecordsFilter(dg.AssetKey("trace_events"), asset_partitions=[run_id]), limit=10).records)
@@ -211,11 +213,41 @@ def status(run_ids: list[str]) -> dict:
             "failed": [r.dagster_run.run_id for r in records if r.dagster_run.status == dg.DagsterRunStatus.FAILURE],
             "seconds": {r.dagster_run.tags.get("dagster/partition"): r.end_time - r.start_time for r in records
                         if r.dagster_run.job_name == "ingest_job" and r.end_time and r.start_time},
+            "steps": {r.dagster_run.tags.get("dagster/partition") or r.dagster_run.run_id: _steps(instance, r.dagster_run.run_id)
+                      for r in records},
+            "most_runs_at_once": _most_at_once([(r.start_time, r.end_time) for r in records if r.start_time and r.end_time]),
             "materialized": materialized,
             "dagster_runs": len(records),
         }
     finally:
         instance.dispose()
+
+
+def _steps(instance, run_id: str) -> dict[str, list]:
+    """Each step of a Dagster run: [seconds, the Celery worker that ran it]."""
+    from dagster import DagsterEventType
+
+    steps: dict[str, list] = {}
+    for entry in instance.all_logs(run_id, of_type={DagsterEventType.STEP_SUCCESS, DagsterEventType.ENGINE_EVENT}):
+        event = entry.dagster_event
+        step = steps.setdefault(event.step_key, [None, None]) if event.step_key else None
+        if step is None:
+            continue
+        if event.event_type == DagsterEventType.STEP_SUCCESS:
+            step[0] = round(event.event_specific_data.duration_ms / 1000, 2)
+        elif "Celery worker" in (event.event_specific_data.metadata or {}):
+            step[1] = event.event_specific_data.metadata["Celery worker"].value
+    return {key: value for key, value in steps.items() if value[0] is not None}
+
+
+def _most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most spans (start, end) under way at one moment."""
+    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    running = most = 0
+    for _, change in edges:
+        running += change
+        most = max(most, running)
+    return most
 
 
 def scale_demo(small_runs: int = 20, ranks: int = 16, timeout: float = 900) -> dict:
@@ -259,6 +291,8 @@ def scale_demo(small_runs: int = 20, ranks: int = 16, timeout: float = 900) -> d
             "dagster_runs": state["dagster_runs"],
             "seconds_one_worker": round(state["seconds"][one], 1),
             "seconds_two_workers": round(state["seconds"][two], 1),
+            "most_runs_at_once": state["most_runs_at_once"],
+            "steps": state["steps"],
             "shards": len(shards),
             "cores": os.cpu_count(),
         }

@@ -6,6 +6,11 @@ becomes a row of `parse_issues` and the run goes on without it. Counter samples 
 `net_samples` and `cpu_samples`, Flight Recorder dumps `fr_dumps`, `fr_entries` and
 `fr_process_groups`. The tables of the run as a whole (`runs`, `process_groups`, `parse_issues`)
 are written last.
+
+The trace files are parsed in shards (`start_parse`, `parse_shard`, `finish_parse`), which
+processes on several machines sharing the warehouse's folder can parse at once; each shard leaves
+a record of its files in the staging version for the finish to read. One process parsing them
+all (`parse_run`) is the same three steps, with one shard.
 """
 
 from __future__ import annotations

@@ -80,7 +80,10 @@ def parse_shard(
 ) -> dict:
     """Parse one shard of the plan into staging version `key`; returns its record (host, seconds)."""
     source = run_source(store, landing, run_id)
-    return ingest.parse_shard(source, store.staging(run_id, key), settings, shard, files, progress)
+    try:
+        return ingest.parse_shard(source, store.staging(run_id, key), settings, shard, files, progress)
+    except ValueError as problem:  # the run's files changed since the plan
+        raise StageError(str(problem)) from problem
 
 
 def finish_parse(

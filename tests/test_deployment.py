@@ -27,7 +27,10 @@ def test_two_workers_parse_one_run_and_ingest_a_burst_once_each():
     assert shown["workers"] == ["host1", "host2"] and shown["shards"] == 4
     assert shown["identical_tables"] is True, shown["tables_differing"]
     assert shown["runs_ingested"] == shown["runs_landed"] == 22 and shown["runs_ingested_twice"] == []
-    # A run each for the large ones, and batches of ten for the burst: two, or three where a sensor
-    # tick fell between the folders' arrivals.
-    assert shown["dagster_runs"] in (4, 5)
+    # A run each for the large ones, and two batches of ten for the burst, one on each worker.
+    assert shown["dagster_runs"] == 4 and shown["most_runs_at_once"] == 2
+    batches = [steps["ingest_runs"][1] for steps in shown["steps"].values() if "ingest_runs" in steps]
+    assert sorted(worker.split("@")[1] for worker in batches) == ["host1", "host2"]
+    shards = {key: worker for key, (_, worker) in shown["steps"]["ranks16-two-workers"].items() if "parse_shard" in key}
+    assert len(shards) == 4 and {worker.split("@")[1] for worker in shards.values()} == {"host1", "host2"}
     assert shown["seconds_one_worker"] > 0 and shown["seconds_two_workers"] > 0

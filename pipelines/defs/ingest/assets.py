@@ -103,8 +103,8 @@ def parse_shard(context: dg.OpExecutionContext, files: list) -> dict:
     """Parse one shard's trace files into the run's staging version, on whichever worker runs it."""
     warehouse: WarehouseResource = context.resources.warehouse
     shard = int(context.get_mapping_key().removeprefix("shard_"))
-    record = stages.parse_shard(warehouse.open(), warehouse.settings(), Path(warehouse.landing), context.partition_key,
-                                context.run.run_id, shard, files, context.resources.ingest_progress.advance)
+    record = _staged(stages.parse_shard, warehouse.open(), warehouse.settings(), Path(warehouse.landing),
+                     context.partition_key, context.run.run_id, shard, files, context.resources.ingest_progress.advance)
     context.log.info(f"{context.partition_key}: shard {shard} ({len(files)} files) parsed on {record['host']} "
                      f"in {record['seconds']:.1f} s")
     return record
