@@ -83,6 +83,7 @@ class Deployment:
         }
         self.servers: list[subprocess.Popen] = []
         self.workers: dict[int, subprocess.Popen] = {}
+        self.logs: list = []  # each process's log file, closed by `stop`
 
     # --- bringing it up ---------------------------------------------------------------------------
 
@@ -136,6 +137,7 @@ class Deployment:
 
     def _start(self, index: int, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.root / "logs" / f"{name}.log", "w")
+        self.logs.append(log)
         return self.cluster.popen(index, argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.root)
 
     def stop(self) -> None:
@@ -147,6 +149,8 @@ class Deployment:
                     child.wait(timeout=30)
                 except (ProcessLookupError, subprocess.TimeoutExpired):
                     pass
+        for log in self.logs:
+            log.close()
 
     # --- runs ------------------------------------------------------------------------------------
 
