@@ -85,6 +85,8 @@ def check_fields(verdict: checks.Verdict) -> dict:
 
 
 PARSE_CHECKS = _check_specs(checks.PARSE_CHECKS)
+# The finish's outputs, in order: a parse table each, then a check each.
+PARSE_OUTPUTS = (*PARSE_TABLES, *(check.get_python_identifier() for check in PARSE_CHECKS))
 
 
 @dg.op(out=dg.DynamicOut(list), pool=INGEST_POOL, required_resource_keys={"warehouse"})
@@ -111,7 +113,7 @@ def parse_shard(context: dg.OpExecutionContext, files: list) -> dict:
 
 
 @dg.op(
-    out={**{name: dg.Out(dg.Nothing) for name in PARSE_TABLES}, **{c.get_python_identifier(): dg.Out(dg.Nothing) for c in PARSE_CHECKS}},
+    out={name: dg.Out(dg.Nothing) for name in PARSE_OUTPUTS},
     pool=INGEST_POOL,
     required_resource_keys={"warehouse", "ingest_progress"},
 )
@@ -142,7 +144,7 @@ def normalized_run():
     """Read a run's raw inputs once and normalise them into its parse tables: its trace files in
     shards, each a step that any worker sharing the warehouse can run, then the rest."""
     finished = finish_parse(plan_parse().map(parse_shard).collect())
-    return dict(zip([*PARSE_TABLES, *(c.get_python_identifier() for c in PARSE_CHECKS)], finished, strict=True))
+    return dict(zip(PARSE_OUTPUTS, finished, strict=True))
 
 
 @dg.multi_asset(
