@@ -1,12 +1,18 @@
 """Data-quality checks on one version of one run, as plain queries returning verdicts.
 
 The Dagster assets turn each `Verdict` into an asset check result; the report shows the same
-verdicts, so a user sees one story wherever they look.
+verdicts, so a user sees one story wherever they look. Each stage keeps its verdicts in the
+version it builds (`_checks/<stage>.json`): a version never changes, so neither do they, and a
+report of the run reads them instead of judging its tables again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import os
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import duckdb
 
@@ -183,3 +189,26 @@ def collectives_agree_across_ranks(con: duckdb.DuckDBPyConnection) -> Outcome:
 
 PARSE_CHECKS = (ranks_match_world_size, no_negative_durations, no_skipped_data)
 ANALYSIS_CHECKS = (steps_found, communication_found, breakdown_adds_up, exposure_attributed, collectives_agree_across_ranks)
+
+CHECKS_DIR = "_checks"  # in a version: each stage's verdicts
+STAGES = {"parse": PARSE_CHECKS, "analysis": ANALYSIS_CHECKS}
+
+
+def keep(version: Path, stage: str, verdicts: list[Verdict]) -> None:
+    """Write a stage's verdicts into its version; replaced, never written through (a carried one is a link)."""
+    target = version / CHECKS_DIR / f"{stage}.json"
+    target.parent.mkdir(exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
+    temporary.write_text(json.dumps([asdict(verdict) for verdict in verdicts], default=str))
+    os.replace(temporary, target)
+
+
+def kept(version: Path) -> list[Verdict] | None:
+    """Every stage's verdicts kept in a version, in the stages' order; None unless all are there."""
+    files = [version / CHECKS_DIR / f"{stage}.json" for stage in STAGES]
+    if not all(file.exists() for file in files):
+        return None
+    return [
+        Verdict(entry["name"], entry["table"], Outcome(**entry["outcome"]))
+        for file in files for entry in json.loads(file.read_text())
+    ]

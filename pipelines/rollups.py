@@ -1,19 +1,25 @@
 """Tables over all runs: the run summary, scaling across runs of a job, each run's verdict and its regressions.
 
 They are rebuilt whole on a schedule, updated for the runs just ingested after an ingest, and
-recomputed live (same SQL) wherever the freshest answer matters, such as a report. An update or
-a live answer reads only the runs it concerns and the other runs of their jobs, so it costs the
-same in a warehouse of ten runs as in one of ten thousand.
+recomputed live (same SQL) wherever the freshest answer matters, such as a report, unless the
+stored rows are known to be current: a stamp beside them says from which version of each run,
+and from which SQL and settings, they were computed. An update or a live answer reads only the
+runs it concerns and the other runs of their jobs, so it costs the same in a warehouse of ten
+runs as in one of ten thousand.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import uuid
 from collections.abc import Collection
 
 import duckdb
 
 from pipelines import sql
-from pipelines.kineto.normalize import MAX_PLAUSIBLE_DUR_NS
+from pipelines.kineto.fields import MAX_PLAUSIBLE_DUR_NS
 from pipelines.settings import Settings
 from pipelines.warehouse import ROLLUP_TABLES, TABLES, Warehouse
 
@@ -39,10 +45,48 @@ def session(
     """
     tables = sql.tables_read([sql.table(name).select() for name in ROLLUP_TABLES] + list(queries), TABLES + ROLLUP_TABLES)
     con = store.connect(settings.duckdb_config(), runs, tables)
-    sql.set_variables(con, comm_pattern=settings.comm_regex(), max_dur_ns=MAX_PLAUSIBLE_DUR_NS, **settings.verdict,
-                      **settings.regressions)
+    sql.set_variables(con, **_variables(settings))
     sql.run_macros(con)
     return con
+
+
+def _variables(settings: Settings) -> dict:
+    return {"comm_pattern": settings.comm_regex(), "max_dur_ns": MAX_PLAUSIBLE_DUR_NS, **settings.verdict, **settings.regressions}
+
+
+STAMP = "stamp.json"  # in rollups/: {"basis": ..., "versions": {run_id: version folder}}
+
+
+def _basis(settings: Settings) -> str:
+    """What the roll-up rows depend on besides the runs' tables: their SQL and what it reads from the settings."""
+    texts = [sql.table(name).select() for name in ROLLUP_TABLES] + [sql.macros_text()]
+    facts = json.dumps([texts, _variables(settings), sql.macro_variables()], sort_keys=True, default=str)
+    return hashlib.sha256(facts.encode()).hexdigest()
+
+
+def _versions(store: Warehouse, runs: Collection[str]) -> dict[str, str | None]:
+    return {run_id: (version.name if (version := store.published(run_id)) else None) for run_id in runs}
+
+
+def _stamp(store: Warehouse) -> dict:
+    path = store.rollups_dir / STAMP
+    return json.loads(path.read_text()) if path.exists() else {"basis": None, "versions": {}}
+
+
+def _write_stamp(store: Warehouse, basis: str, versions: dict[str, str | None]) -> None:
+    target = store.rollups_dir / STAMP
+    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
+    temporary.write_text(json.dumps({"basis": basis, "versions": {r: v for r, v in versions.items() if v}}))
+    os.replace(temporary, target)
+
+
+def current(store: Warehouse, settings: Settings, runs: Collection[str]) -> bool:
+    """Whether the stored rows of `runs` were computed from their published versions, with today's
+    SQL and settings (`runs` whole jobs, as job_mates gives them)."""
+    stamp = _stamp(store)
+    return stamp["basis"] == _basis(settings) and all(
+        version is not None and stamp["versions"].get(run_id) == version for run_id, version in _versions(store, runs).items()
+    )
 
 
 def job_mates(store: Warehouse, settings: Settings, runs: Collection[str]) -> set[str]:
@@ -67,24 +111,32 @@ def recompute(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 def publish(store: Warehouse, settings: Settings) -> dict[str, int]:
     """Recompute the roll-ups over every run and replace their stored files."""
     with store.rollup_lock():
+        versions = _versions(store, store.run_ids())  # before reading: a run replaced meanwhile is then not current
         con = session(store, settings)
         try:
             recompute(con)
-            return {name: store.replace_rollup(name, con) for name in ROLLUP_TABLES}
+            rows = {name: store.replace_rollup(name, con) for name in ROLLUP_TABLES}
         finally:
             con.close()
+        _write_stamp(store, _basis(settings), versions)
+        return rows
 
 
 def update(store: Warehouse, settings: Settings, runs: Collection[str]) -> dict[str, int]:
     """Recompute the roll-up rows that `runs` change and merge them into the stored files."""
     with store.rollup_lock():
         mates = job_mates(store, settings, runs)
+        versions = _versions(store, mates)
         con = session(store, settings, mates)
         try:
             recompute(con)
-            return {name: store.replace_rollup(name, con, mates) for name in ROLLUP_TABLES}
+            rows = {name: store.replace_rollup(name, con, mates) for name in ROLLUP_TABLES}
         finally:
             con.close()
+        stamp, basis = _stamp(store), _basis(settings)
+        kept = stamp["versions"] if stamp["basis"] == basis else {}  # other runs' rows, if of the same basis
+        _write_stamp(store, basis, {**kept, **versions})
+        return rows
 
 
 def lineage() -> dict[str, list[str]]:

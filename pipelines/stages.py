@@ -110,14 +110,15 @@ def _parsed(
     if summary.issues:
         errors = sum(1 for issue in summary.issues if issue.severity == "error")
         warnings.append(f"{run_id}: {len(summary.issues)} parse issues ({errors} errors); see the parse_issues table")
-    if publish:
-        store.publish(run_id, version)
     con = open_version(version, settings, run_id, PARSE_TABLES)
     try:
         counts = {name: con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0] for name in PARSE_TABLES}
         verdicts = [checks.judge(check, con) for check in checks.PARSE_CHECKS]
     finally:
         con.close()
+    checks.keep(version, "parse", verdicts)
+    if publish:
+        store.publish(run_id, version)
     tables = {
         name: {"dagster/row_count": counts[name], "source": str(source.path), "version": str(version)}
         for name in PARSE_TABLES
@@ -135,10 +136,11 @@ def analyze(store: Warehouse, settings: Settings, run_id: str, key: str) -> Stag
 
     if not store.staging(run_id, key).exists() and store.published(run_id) is None:
         raise StageError(f"run {run_id!r} has not been ingested: materialize its parse tables first")
-    version = store.start_version(run_id, key, carry_tables=PARSE_TABLES)
+    version = store.start_version(run_id, key, carry_tables=PARSE_TABLES + (checks.CHECKS_DIR,))
     summary = analyze_run(run_id, version, store, settings, _judge_analysis)
-    store.publish(run_id, version)
     verdicts, exposed = summary.finished
+    checks.keep(version, "analysis", verdicts)
+    store.publish(run_id, version)
     tables = {name: {"dagster/row_count": summary.rows[name]} for name in ANALYSIS_TABLES}
     if exposed is not None:
         tables["step_breakdown"]["exposed_comm_share"] = float(exposed)

@@ -39,7 +39,7 @@ import duckdb
 
 from pipelines import sql
 from pipelines.cache import kept_bytes
-from pipelines.kineto.normalize import MAX_PLAUSIBLE_DUR_NS
+from pipelines.kineto.fields import MAX_PLAUSIBLE_DUR_NS
 from pipelines.settings import Settings
 
 # Tables written by parsing a run's raw inputs, and tables derived from them by SQL.

@@ -1,4 +1,5 @@
-"""Roll-ups updated for the runs just ingested hold exactly what a whole rebuild computes."""
+"""Roll-ups updated for the runs just ingested hold exactly what a whole rebuild computes, and a
+report reads the stored ones only while their stamp says they are current."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import TRACES
-from pipelines import rollups
+from conftest import TRACES, ingest_directly
+from pipelines import checks, rollups
 from pipelines.materialize import ingest_paths
+from pipelines.report import report_run
 from pipelines.settings import Settings
-from pipelines.warehouse import ROLLUP_TABLES, Warehouse
+from pipelines.warehouse import ROLLUP_TABLES, TABLES, Warehouse, open_version
 
 SINGLE = TRACES / "hta_single_rank_of_multirank"
 
@@ -54,9 +56,47 @@ def test_updated_rollups_match_a_whole_rebuild(tmp_path):
         (result,) = ingest_paths([_run_folder(landing, run_id, trace, job)], store.root, progress=False)
         assert result.success, result.error
         assert _differences(store) == dict.fromkeys(ROLLUP_TABLES, 0), (run_id, job)
+        assert rollups.current(store, Settings(), rollups.job_mates(store, Settings(), [run_id])), run_id
     con = store.connect()
     try:
         jobs = dict(con.execute("SELECT run_id, job_runs FROM scaling").fetchall())
     finally:
         con.close()
     assert jobs == {"a": 1, "b": 1, "c": 1}  # a's job lost b, so its row was recomputed too
+
+
+def test_a_report_reads_stored_rollups_and_verdicts_only_while_current(tmp_path, monkeypatch):
+    """The stored roll-ups serve a report while their stamp matches the runs' published versions,
+    the SQL and the settings; the same report recomputed live is the same page. The verdicts a
+    version keeps are those its tables give when judged again."""
+    store = Warehouse(tmp_path / "warehouse")
+    landing = tmp_path / "landing"
+    small, other = (SINGLE / n for n in ("df_index_resolver_rank1_of2.json.gz", "trace_diff_test_rank1_of2.json.gz"))
+    for run_id, trace in (("a", small), ("b", other)):
+        (result,) = ingest_paths([_run_folder(landing, run_id, trace, "j1")], store.root, progress=False)
+        assert result.success, result.error
+    settings, mates = Settings(), {"a", "b"}
+    assert rollups.job_mates(store, settings, ["a"]) == mates and rollups.current(store, settings, mates)
+
+    recomputed = []
+    monkeypatch.setattr(rollups, "recompute", lambda con, real=rollups.recompute: recomputed.append(1) or real(con))
+    stored_page = report_run(store, settings, "a", tmp_path / "stored.html").read_text()
+    assert recomputed == []
+    (store.rollups_dir / rollups.STAMP).rename(tmp_path / "stamp.json")
+    assert not rollups.current(store, settings, mates)
+    live_page = report_run(store, settings, "a", tmp_path / "live.html").read_text()
+    assert recomputed == [1] and live_page == stored_page
+    (tmp_path / "stamp.json").rename(store.rollups_dir / rollups.STAMP)
+
+    stricter = Settings(verdict={**settings.verdict, "exposed_share_min": 0.5})
+    assert not rollups.current(store, stricter, mates)  # the thresholds changed
+    ingest_directly(store, _run_folder(landing, "b", other, "j1"), "b", key="again")  # published, no update
+    assert not rollups.current(store, settings, mates) and rollups.current(store, settings, {"c"}) is False
+
+    version = store.published("a")
+    con = open_version(version, settings, "a", TABLES)
+    try:
+        judged = [checks.judge(check, con) for check in checks.PARSE_CHECKS + checks.ANALYSIS_CHECKS]
+    finally:
+        con.close()
+    assert checks.kept(version) == judged

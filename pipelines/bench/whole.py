@@ -11,6 +11,7 @@ an analyst types after one (`report`, `sql`, `--help`).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -24,6 +25,9 @@ from pipelines.bench.measure import tree_rss_bytes
 HERE = Path(__file__).resolve().parent
 WIRESPEED = str(Path(sys.executable).with_name("wirespeed"))
 POLL_S = 0.01
+# A user's Python keeps the bytecode of what it imported; a shell that forbids writing it would
+# charge every round the compiling of the package's modules (installed libraries come compiled).
+USER_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
 @dataclass
@@ -49,10 +53,10 @@ class Timed:
         return statistics.median(self.seconds) if self.seconds and not self.failure else None
 
 
-def run_whole(command: list[str], timeout_s: float, env: dict | None = None) -> tuple[float | None, int, str | None]:
+def run_whole(command: list[str], timeout_s: float) -> tuple[float | None, int, str | None]:
     """Wall seconds from start to exit, peak memory of the process tree, and why it failed, if it did."""
     started = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=USER_ENV)
     peak = 0
     while True:
         peak = max(peak, tree_rss_bytes(child.pid))

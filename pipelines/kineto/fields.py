@@ -8,6 +8,9 @@ belong (`"pid": "Spans"`), numbers beyond int64 in `Comms Id`, and lists in `Inp
 
 from __future__ import annotations
 
+# Durations above a week are CUPTI counter overflows, not real activity (HTA drops them too).
+MAX_PLAUSIBLE_DUR_NS = 7 * 24 * 3600 * 10**9
+
 # Keys of `args` that become columns of `trace_events` (see sql/trace_events.sql for the mapping).
 ARG_KEYS: tuple[str, ...] = (
     "External id",

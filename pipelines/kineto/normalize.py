@@ -19,15 +19,15 @@ import duckdb
 from pipelines import sql
 from pipelines.issues import ParseIssue
 from pipelines.kineto.exact import exact_trace
-from pipelines.kineto.fields import ARG_KEYS, EXACT_TIME_TYPE, FAST_TIME_LIMIT_NS, FAST_TIME_TYPE, event_json_columns
+from pipelines.kineto.fields import (
+    ARG_KEYS, EXACT_TIME_TYPE, FAST_TIME_LIMIT_NS, FAST_TIME_TYPE, MAX_PLAUSIBLE_DUR_NS, event_json_columns,
+)
 from pipelines.kineto.splitter import CannotCut, split_trace
 
 _RANK_IN_NAME = re.compile(r"rank[^0-9a-z]{0,2}(\d+)", re.IGNORECASE)
 # Before 2001 in nanoseconds: a trace whose times land here was written relative to a base
 # timestamp that the file no longer has (its end, where Kineto writes the base, was cut off).
 _PLAUSIBLE_EPOCH_NS = 978_307_200 * 10**9
-# Durations above a week are CUPTI counter overflows, not real activity (HTA drops them too).
-MAX_PLAUSIBLE_DUR_NS = 7 * 24 * 3600 * 10**9
 
 
 @dataclass

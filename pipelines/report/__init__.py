@@ -436,23 +436,28 @@ def report_run(
 ) -> Path:
     """Render the published version of a run and write it (by default into the warehouse).
 
-    The run's check `verdicts` are judged here unless given. The roll-ups (its verdict, its job's
-    scaling) are recomputed for it and its job mates, unless `stored_rollups` says the stored ones
-    were just updated for it.
+    The run's check `verdicts` are those its version keeps unless given (judged here for a version
+    that keeps none). The roll-ups (its verdict, its job's scaling) are recomputed for it and its
+    job mates, unless `stored_rollups` says the stored ones were just updated for it or their
+    stamp says they are current.
     """
     version = store.published(run_id)
     if version is None:
         raise LookupError(f"run {run_id!r} is not in the warehouse {store.root}")
+    if verdicts is None:
+        verdicts = checks.kept(version)
     if verdicts is None:
         con = open_version(version, settings, run_id, TABLES)
         try:
             verdicts = [checks.judge(check, con) for check in checks.PARSE_CHECKS + checks.ANALYSIS_CHECKS]
         finally:
             con.close()
-    runs = [run_id] if stored_rollups else rollups.job_mates(store, settings, [run_id])
-    con = rollups.session(store, settings, runs, [sql.query_text(f"report/{path.stem}") for path in sorted(REPORT_QUERIES.glob("*.sql"))])
+    mates = [run_id] if stored_rollups else rollups.job_mates(store, settings, [run_id])
+    live = not stored_rollups and not rollups.current(store, settings, mates)
+    queries = [sql.query_text(f"report/{path.stem}") for path in sorted(REPORT_QUERIES.glob("*.sql"))]
+    con = rollups.session(store, settings, mates if live else [run_id], queries)
     try:
-        if not stored_rollups:
+        if live:
             rollups.recompute(con)
         html = render(con, run_id, verdicts)
     finally:
