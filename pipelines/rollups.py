@@ -36,17 +36,24 @@ SELECT run_id FROM runs WHERE coalesce(job, run_id) IN (SELECT job FROM jobs)
 
 
 def session(
-    store: Warehouse, settings: Settings, runs: Collection[str] | None = None, queries: list[str] = ()
+    store: Warehouse, settings: Settings, runs: Collection[str] | None = None, queries: list[str] = (),
+    shared: sql.SharedSession | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A session over every published run (or only `runs`), with the roll-ups' macros and thresholds,
-    and views of the tables that the roll-ups and `queries` read.
+    and views of the tables that the roll-ups and `queries` read (with `shared`: a connection to
+    that shared session, which every other connection to it shares; see Warehouse.connect).
 
     Roll-up rows computed over `runs` are exact for runs whose job mates are all among them.
     """
     tables = sql.tables_read([sql.table(name).select() for name in ROLLUP_TABLES] + list(queries), TABLES + ROLLUP_TABLES)
-    con = store.connect(settings.duckdb_config(), runs, tables)
-    sql.set_variables(con, **_variables(settings))
-    sql.run_macros(con)
+    con = store.connect(settings.duckdb_config(), runs, tables, shared)
+    if shared is None:
+        sql.set_variables(con, **_variables(settings))
+        sql.run_macros(con)
+    else:
+        shared.set_variables(**_variables(settings), **sql.macro_variables())
+        shared.sync(con)
+        con.execute(sql.macros_text(temporary=False)).fetchall()
     return con
 
 
@@ -99,12 +106,13 @@ def job_mates(store: Warehouse, settings: Settings, runs: Collection[str]) -> se
         con.close()
 
 
-def recompute(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """Rebuild every roll-up in this session, as temporary tables in place of the stored ones' views."""
+def recompute(con: duckdb.DuckDBPyConnection, temporary: bool = True) -> dict[str, int]:
+    """Rebuild every roll-up in this session, as tables in place of the stored ones' views
+    (temporary ones, or in a shared session's database)."""
     rows = {}
     for name in ROLLUP_TABLES:
         con.execute(f'DROP VIEW IF EXISTS "{name}"').fetchall()
-        rows[name] = sql.materialize(con, name)
+        rows[name] = sql.materialize(con, name, temporary)
     return rows
 
 

@@ -220,23 +220,29 @@ class Warehouse:
 
     def connect(
         self, config: dict | None = None, runs: Collection[str] | None = None,
-        tables: tuple[str, ...] = TABLES + ROLLUP_TABLES,
+        tables: tuple[str, ...] = TABLES + ROLLUP_TABLES, shared: sql.SharedSession | None = None,
     ) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB session with a view per table of `tables`; it takes no lock on anything.
 
         `config` is DuckDB's (an ingest's `Settings.duckdb_config()`; else DuckDB's defaults). With
         `runs`, the per-run tables cover those published runs only: a session whose cost does not
         grow with the warehouse. Each view reads its files' schemas when it is made, so a session
-        that needs few tables is quicker to open with only those.
+        that needs few tables is quicker to open with only those. With `shared`, the views and
+        their variables are for every connection to that shared session, and this is one of them.
         """
-        con = sql.session(config)
-        sql.set_variables(con, wirespeed_root=str(self.root))
-        if runs is None:
-            con.execute(self.view_sql(names=tables)).fetchall()
-            return con
-        folders = [self.runs_dir / SCHEMA_DIR] + [self.runs_dir / run_dir_name(r) for r in sorted(runs) if self.published(r)]
-        sql.set_variables(con, run_dirs=[str(folder) for folder in folders])
-        con.execute(self.view_sql(run_dirs_expr="getvariable('run_dirs')", names=tables)).fetchall()
+        variables = {"wirespeed_root": str(self.root)}
+        if runs is not None:
+            folders = [self.runs_dir / SCHEMA_DIR] + [self.runs_dir / run_dir_name(r) for r in sorted(runs) if self.published(r)]
+            variables["run_dirs"] = [str(folder) for folder in folders]
+        if shared is None:
+            con = sql.session(config)
+            sql.set_variables(con, **variables)
+        else:
+            con = shared.connect()
+            shared.set_variables(**variables)
+            shared.sync(con)
+        run_dirs = None if runs is None else "getvariable('run_dirs')"
+        con.execute(self.view_sql(run_dirs_expr=run_dirs, names=tables, temporary=shared is None)).fetchall()
         return con
 
     # --- runs and versions ------------------------------------------------------------------

@@ -79,7 +79,8 @@ def test_a_report_reads_stored_rollups_and_verdicts_only_while_current(tmp_path,
     assert rollups.job_mates(store, settings, ["a"]) == mates and rollups.current(store, settings, mates)
 
     recomputed = []
-    monkeypatch.setattr(rollups, "recompute", lambda con, real=rollups.recompute: recomputed.append(1) or real(con))
+    real = rollups.recompute
+    monkeypatch.setattr(rollups, "recompute", lambda *args, **kwargs: recomputed.append(1) or real(*args, **kwargs))
     stored_page = report_run(store, settings, "a", tmp_path / "stored.html").read_text()
     assert recomputed == []
     (store.rollups_dir / rollups.STAMP).rename(tmp_path / "stamp.json")

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 import uuid
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-
-import duckdb
 
 from pipelines import checks, rollups, sql
 from pipelines.checks import Verdict
@@ -21,6 +21,8 @@ from pipelines.warehouse import TABLES, Warehouse, open_version
 
 # Every query a report runs (sql.report_rows), and so every table its session needs.
 REPORT_QUERIES = sql.SQL_DIR / "report"
+# Queries that read what the page learns from another query's rows: run when asked, not ahead.
+ASKED_LATER = {"step_stretches"}
 MAX_STRETCHES = 20_000
 MAX_POINTS = 1_500
 MAX_STEPS = 200
@@ -36,29 +38,63 @@ MIN_BAR_PX, MAX_BAR_PX = 4, 40
 AXIS_PX = 70
 
 
+class ReportQueries:
+    """The report's queries over a shared session, `threads` at a time, each on a connection of
+    its thread: most of a small query's time is DuckDB planning it on one core. `start` runs
+    queries ahead of the page asking for their rows; `rows` waits for them."""
+
+    def __init__(self, shared: sql.SharedSession, threads: int):
+        self.shared = shared
+        self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="wirespeed-report")
+        self._local = threading.local()
+        self._started: dict[str, Future] = {}
+
+    def set_variables(self, **values) -> None:
+        """Variables for the queries started from now on."""
+        self.shared.set_variables(**values)
+
+    def start(self, names) -> None:
+        for name in names:
+            self._started[name] = self._pool.submit(self._run, name)
+
+    def rows(self, name: str) -> list[dict]:
+        future = self._started.pop(name, None) or self._pool.submit(self._run, name)
+        return future.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(cancel_futures=True)
+
+    def _run(self, name: str) -> list[dict]:
+        if not hasattr(self._local, "con"):
+            self._local.con = self.shared.connect()
+        self.shared.sync(self._local.con)
+        return sql.report_rows(self._local.con, name)
+
+
 def bar_px(bars: int, width: int = PAGE_PX - AXIS_PX, most: int = MAX_BAR_PX) -> int:
     """Pixels per bar for `bars` bars to fill `width`, within bounds."""
     return max(MIN_BAR_PX, min(most, width // max(bars, 1)))
 
 
-def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict]) -> str:
+def render(queries: ReportQueries, run_id: str, verdicts: list[Verdict]) -> str:
     """The report's HTML, from a roll-up session over the run (see report_run)."""
-    sql.set_variables(con, run_id=run_id, max_stretches=MAX_STRETCHES, max_points=MAX_POINTS, max_steps=MAX_STEPS)
-    headline = sql.report_rows(con, "headline")
+    queries.set_variables(run_id=run_id, max_stretches=MAX_STRETCHES, max_points=MAX_POINTS, max_steps=MAX_STEPS)
+    queries.start(sorted({path.stem for path in REPORT_QUERIES.glob("*.sql")} - ASKED_LATER))
+    headline = queries.rows("headline")
     if not headline:
         raise LookupError(f"run {run_id!r} has no published tables")
     run = headline[0]
     page = Page(f"wirespeed report: {run_id}", _subtitle(run))
     failed = [v.name for v in verdicts if not v.outcome.passed]
     doubts = paragraph(f"Checks failed: {', '.join(failed)} (see Checks below).") if failed else ""
-    problems, dumps = sql.report_rows(con, "fr_mismatches"), sql.report_rows(con, "fr_dumps")
+    problems, dumps = queries.rows("fr_mismatches"), queries.rows("fr_dumps")
     if problems:
         page.add("Did the job hang, or its ranks disagree?", _flight_recorder(problems, dumps))
-    page.add("Is the network the bottleneck?", _verdict(sql.report_rows(con, "verdict")) + doubts)
+    page.add("Is the network the bottleneck?", _verdict(queries.rows("verdict")) + doubts)
     page.add("Is communication exposed?", _summary(run, verdicts))
-    page.add("Has it regressed?", _regressions(run, sql.report_rows(con, "regressions")))
+    page.add("Has it regressed?", _regressions(run, queries.rows("regressions")))
 
-    states = sql.report_rows(con, "step_states")
+    states = queries.rows("step_states")
     if states:
         steps = run["steps"]
         shown = paragraph(f"The first {MAX_STEPS} of the run's {steps} steps are drawn.") if steps > MAX_STEPS else ""
@@ -70,7 +106,7 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
         else:
             chart = page.chart("rank_breakdown", {"step_states": states})
         page.add("Step breakdown", chart + shown)
-        page.add("Timeline of a step", _timeline(con, page))
+        page.add("Timeline of a step", _timeline(queries, page))
     else:
         page.add(
             "Step breakdown",
@@ -79,27 +115,27 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str, verdicts: list[Verdict])
                 "the per-rank figures below cover each whole trace."
             ),
         )
-    page.add("Which parallel dimension waits?", _dimensions(con, page))
+    page.add("Which parallel dimension waits?", _dimensions(queries, page))
     page.add(
         "Per rank",
         table(
-            sql.report_rows(con, "rank_summary"),
+            queries.rows("rank_summary"),
             {"median_step_ms": ".3f", "exposed_comm_share": ".1%", "overlap_pct": ".1f", "idle_share": ".1%"},
             "No rank has a profiler trace.",
         ),
     )
     page.add(
         "Collectives",
-        table(sql.report_rows(con, "collective_mix"), {"total_mb": ".3f", "median_mb": ".3f", "median_us": ".1f"},
+        table(queries.rows("collective_mix"), {"total_mb": ".3f", "median_mb": ".3f", "median_us": ".1f"},
               "No collective was found in the traces."),
     )
-    page.add("Bandwidth", _bandwidth(con, page))
-    page.add("What if the network ran at full line rate?", _whatif(con, page))
+    page.add("Bandwidth", _bandwidth(queries, page))
+    page.add("What if the network ran at full line rate?", _whatif(queries, page))
     if not problems:
         page.add("Flight Recorder: did every rank make the same calls?", _flight_recorder(problems, dumps))
-    page.add("NCCL: communicators, links, calls and errors", _nccl(con, page))
+    page.add("NCCL: communicators, links, calls and errors", _nccl(queries, page))
     page.add("Checks", _checks(verdicts))
-    page.add("What ingestion skipped or doubted", table(sql.report_rows(con, "issues"), empty="Nothing: every file was read whole."))
+    page.add("What ingestion skipped or doubted", table(queries.rows("issues"), empty="Nothing: every file was read whole."))
     page.add("How to read this", _reading_notes())
     return page.render()
 
@@ -139,12 +175,12 @@ def _subtitle(run: dict) -> str:
     )
 
 
-def _timeline(con: duckdb.DuckDBPyConnection, page: Page) -> str:
+def _timeline(queries: ReportQueries, page: Page) -> str:
     """A Gantt of one step on every rank, opening on the typical step, with a selector for the others."""
-    steps = sql.report_rows(con, "timeline_steps")
+    steps = queries.rows("timeline_steps")
     per_step = MAX_STRETCHES // len(steps)
-    sql.set_variables(con, timeline_steps=[row["step"] for row in steps], max_stretches_per_step=per_step)
-    stretches = sql.report_rows(con, "step_stretches")
+    queries.set_variables(timeline_steps=[row["step"] for row in steps], max_stretches_per_step=per_step)
+    stretches = queries.rows("step_stretches")
     labels = [
         f"{row['step']}{' (typical)' if row['typical'] else ''}: {row['mean_step_ms']:.1f} ms, "
         + ("exposure unknown" if row["exposed_comm_share"] is None else f"{row['exposed_comm_share']:.0%} exposed")
@@ -162,38 +198,38 @@ def _timeline(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     return paragraph(note) + page.chart("step_timeline", {"step_stretches": stretches}, params=picker)
 
 
-def _bandwidth(con: duckdb.DuckDBPyConnection, page: Page) -> str:
+def _bandwidth(queries: ReportQueries, page: Page) -> str:
     """Bus bandwidth against size, throughput over time, waiting against transfer, stragglers."""
     parts = []
-    points = sql.report_rows(con, "bandwidth_by_size")
+    points = queries.rows("bandwidth_by_size")
     if points:
         columns = len({row["size_from"] for row in points}) * len({row["op"] for row in points})
         parts.append(page.chart("bandwidth_by_size", {"bandwidth_by_size": points}, bar_px=bar_px(columns, most=80)))
     else:
         parts.append(paragraph("No collective has both a known size and a duration, so no bandwidth can be computed."))
-    series = sql.report_rows(con, "throughput_over_time")
+    series = queries.rows("throughput_over_time")
     if series:
         parts.append(page.chart("throughput", {"throughput_over_time": series}))
     percent = {"mean_utilization": ".1%", "peak_utilization": ".1%", "comm_mean_utilization": ".1%"}
     rates = {"mean_gbps": ".3f", "p95_gbps": ".3f", "peak_gbps": ".3f"}
-    parts.append(table(sql.report_rows(con, "network"), percent | rates,
+    parts.append(table(queries.rows("network"), percent | rates,
                        "No network throughput to show: the run has no NIC counter samples (`wirespeed collect` "
                        "takes them)."))
-    waits = sql.report_rows(con, "wait_vs_transfer")
+    waits = queries.rows("wait_vs_transfer")
     if waits:
         parts.append(page.chart("wait_vs_transfer", {"wait_vs_transfer": waits}, bar_px=bar_px(len({row["step"] for row in waits}))))
-    stragglers = sql.report_rows(con, "stragglers")
+    stragglers = queries.rows("stragglers")
     if any(row["straggler_rank"] is not None for row in stragglers):
         parts.append(table(stragglers, {"max_skew_ms": ".3f", "exposed_comm_ms": ".3f", "wait_share": ".1%"}))
     return "".join(parts)
 
 
-def _dimensions(con: duckdb.DuckDBPyConnection, page: Page) -> str:
+def _dimensions(queries: ReportQueries, page: Page) -> str:
     """Exposed communication per parallel dimension, per step and per process group."""
-    groups = sql.report_rows(con, "comm_groups")
+    groups = queries.rows("comm_groups")
     if not groups:
         return paragraph("No collective was found, so no process group's communication can be weighed.")
-    steps = sql.report_rows(con, "dimension_steps")
+    steps = queries.rows("dimension_steps")
     parts = (
         [page.chart("dimension_steps", {"dimension_steps": steps}, bar_px=bar_px(len({row["step"] for row in steps})))]
         if steps else [paragraph("No communication was exposed.")]
@@ -274,15 +310,15 @@ def _verdict(rows: list[dict]) -> str:
     )
 
 
-def _whatif(con: duckdb.DuckDBPyConnection, page: Page) -> str:
+def _whatif(queries: ReportQueries, page: Page) -> str:
     """The what-if grid as a heatmap, what it takes to reach the targets, and scaling across the job."""
-    grid = sql.report_rows(con, "whatif_grid")
+    grid = queries.rows("whatif_grid")
     if not grid:
         return paragraph("No what-if: no collective of the traces has both a size and a duration to replay (the verdict above says why).")
     parts = [page.chart("whatif", {"whatif_grid": grid})]
-    parts.append(table(sql.report_rows(con, "whatif_needs"), {"target": ".2f"},
+    parts.append(table(queries.rows("whatif_needs"), {"target": ".2f"},
                        "The what-if has no targets to search for this run."))
-    scaling = sql.report_rows(con, "job_scaling")
+    scaling = queries.rows("job_scaling")
     if scaling:
         parts.append(page.chart("job_scaling", {"job_scaling": scaling}))
     if grid[0]["model"] == "replay":
@@ -304,24 +340,24 @@ def _whatif(con: duckdb.DuckDBPyConnection, page: Page) -> str:
     return "".join(parts)
 
 
-def _nccl(con: duckdb.DuckDBPyConnection, page: Page) -> str:
+def _nccl(queries: ReportQueries, page: Page) -> str:
     """Topology, transports, the mix of calls and the problems NCCL logged; works with logs alone."""
-    topology = sql.report_rows(con, "nccl_topology")
-    mix = sql.report_rows(con, "nccl_call_mix")
-    problems = sql.report_rows(con, "nccl_problems")
-    tests = sql.report_rows(con, "nccl_tests")
+    topology = queries.rows("nccl_topology")
+    mix = queries.rows("nccl_call_mix")
+    problems = queries.rows("nccl_problems")
+    tests = queries.rows("nccl_tests")
     if not (topology or mix or problems or tests):
         return paragraph(
             "The run has no NCCL logs. `wirespeed collect` captures them (NCCL_DEBUG=INFO with the INIT and COLL "
             "subsystems, one file per process); logs from elsewhere can be put in the run folder or ingested alone."
         )
     parts = [table(topology, {"init_seconds": ".2f"}, "The logs hold no communicator's set-up (the INIT subsystem was off).")]
-    links = sql.report_rows(con, "nccl_links")
+    links = queries.rows("nccl_links")
     if links:
         parts.append(page.chart("nccl_links", {"nccl_links": links}))
     if mix:
         parts.append(page.chart("nccl_call_mix", {"nccl_call_mix": mix}))
-    crosscheck = sql.report_rows(con, "nccl_crosscheck")
+    crosscheck = queries.rows("nccl_crosscheck")
     if crosscheck:
         parts.append(paragraph("Traces against logs (docs/nccl.md): each trace collective compared with the logged call at its place."))
         parts.append(table(crosscheck))
@@ -454,14 +490,17 @@ def report_run(
             con.close()
     mates = [run_id] if stored_rollups else rollups.job_mates(store, settings, [run_id])
     live = not stored_rollups and not rollups.current(store, settings, mates)
-    queries = [sql.query_text(f"report/{path.stem}") for path in sorted(REPORT_QUERIES.glob("*.sql"))]
-    con = rollups.session(store, settings, mates if live else [run_id], queries)
+    texts = [sql.query_text(f"report/{path.stem}") for path in sorted(REPORT_QUERIES.glob("*.sql"))]
+    shared = sql.SharedSession(settings.duckdb_config())
+    queries = ReportQueries(shared, settings.threads)
     try:
+        con = rollups.session(store, settings, mates if live else [run_id], texts, shared)
         if live:
-            rollups.recompute(con)
-        html = render(con, run_id, verdicts)
+            rollups.recompute(con, temporary=False)
+        html = render(queries, run_id, verdicts)
     finally:
-        con.close()
+        queries.close()
+        shared.close()
     target = target or store.report_path(run_id)
     write(html, target)
     return target
