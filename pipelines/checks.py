@@ -191,7 +191,7 @@ PARSE_CHECKS = (ranks_match_world_size, no_negative_durations, no_skipped_data)
 ANALYSIS_CHECKS = (steps_found, communication_found, breakdown_adds_up, exposure_attributed, collectives_agree_across_ranks)
 
 CHECKS_DIR = "_checks"  # in a version: each stage's verdicts
-STAGES = {"parse": PARSE_CHECKS, "analysis": ANALYSIS_CHECKS}
+STAGES = ("parse", "analysis")  # whose verdicts a version keeps, PARSE_CHECKS' then ANALYSIS_CHECKS'
 
 
 def keep(version: Path, stage: str, verdicts: list[Verdict]) -> None:

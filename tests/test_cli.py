@@ -51,6 +51,23 @@ def test_sql_table_format(warehouse):
     assert out.splitlines()[0].strip() == "n" and out.strip().endswith("(1 row)")
 
 
+def test_sql_makes_views_of_the_tables_a_query_names_or_of_all(warehouse):
+    """A query gets views of the tables it names (a join of two here); one that names none of
+    them, such as a look at the catalog, sees every table; a query that is not one statement too."""
+    from pipelines.query import tables_named
+    from pipelines.warehouse import ROLLUP_TABLES, TABLES
+
+    assert tables_named("SELECT * FROM Steps JOIN runs USING (run_id)") == ("runs", "steps")
+    assert tables_named("SELECT table_name FROM information_schema.tables") == TABLES + ROLLUP_TABLES
+    assert tables_named("SET VARIABLE x = 1; SELECT * FROM steps") == TABLES + ROLLUP_TABLES
+    out = wirespeed("sql", "SELECT count(DISTINCT s.run_id) AS n FROM steps AS s JOIN runs AS r USING (run_id)",
+                    "--warehouse", str(warehouse), "--format", "json").stdout
+    assert json.loads(out) == [{"n": 2}]
+    out = wirespeed("sql", "SELECT count(*) AS n FROM information_schema.tables WHERE table_name IN ('steps', 'verdict')",
+                    "--warehouse", str(warehouse), "--format", "json").stdout
+    assert json.loads(out) == [{"n": 2}]
+
+
 def test_sql_errors_are_reported_not_raised(warehouse):
     result = wirespeed("sql", "SELECT * FROM no_such_table", "--warehouse", str(warehouse), check=False)
     assert result.returncode == 2 and "no_such_table" in result.stderr and "Traceback" not in result.stderr

@@ -41,10 +41,12 @@ AXIS_PX = 70
 class ReportQueries:
     """The report's queries over a shared session, `threads` at a time, each on a connection of
     its thread: most of a small query's time is DuckDB planning it on one core. `start` runs
-    queries ahead of the page asking for their rows; `rows` waits for them."""
+    queries ahead of the page asking for their rows, with more than one thread (with one, a
+    query the page turns out not to need would only cost time); `rows` waits for them."""
 
     def __init__(self, shared: sql.SharedSession, threads: int):
         self.shared = shared
+        self._ahead = threads > 1
         self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="wirespeed-report")
         self._local = threading.local()
         self._started: dict[str, Future] = {}
@@ -54,7 +56,7 @@ class ReportQueries:
         self.shared.set_variables(**values)
 
     def start(self, names) -> None:
-        for name in names:
+        for name in names if self._ahead else ():
             self._started[name] = self._pool.submit(self._run, name)
 
     def rows(self, name: str) -> list[dict]:
