@@ -36,8 +36,8 @@ def run_query(warehouse_dir: Path, query: str) -> tuple[list[str], list[tuple]]:
 
 def tables_named(query: str) -> tuple[str, ...]:
     """The warehouse's tables that `query` names, for a session with views of those alone (each
-    view reads its files' schemas when it is made: 0.15 s for all of them); all of them for a
-    query that names none (`information_schema`, `duckdb_views()`) or is not one statement."""
+    view reads its files' schemas when it is made); all of them for a query that names none
+    (`information_schema`, `duckdb_views()`) or is not one statement."""
     con = sql.session()
     try:
         named = {name.lower() for name in sql.relations(con, query)}
