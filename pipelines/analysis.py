@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -234,14 +233,10 @@ def _build_all(
     chain: dict[str, int] = {}  # the longest chain of steps from each to the last
     for name in reversed(order):
         chain[name] = 1 + max((chain[reader] for reader in readers[name]), default=0)
-    local = threading.local()
-
     def run(name: str) -> tuple[int | None, float]:
-        if not hasattr(local, "con"):
-            local.con = shared.connect()
-        shared.sync(local.con)
+        con = shared.here()
         begun = time.perf_counter()
-        return build(local.con, name), time.perf_counter() - begun
+        return build(con, name), time.perf_counter() - begun
 
     rows: dict[str, int | None] = {}
     seconds: dict[str, float] = {}

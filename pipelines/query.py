@@ -35,17 +35,13 @@ def run_query(warehouse_dir: Path, query: str) -> tuple[list[str], list[tuple]]:
 
 
 def tables_named(query: str) -> tuple[str, ...]:
-    """The warehouse's tables that `query` names, for a session with views of those alone (each
-    view reads its files' schemas when it is made); all of them for a query that names none
-    (`information_schema`, `duckdb_views()`) or is not one statement."""
-    con = sql.session()
+    """The warehouse's tables that `query` names (sql.tables_named, not kept: queries here are
+    ad hoc); all of them for a query that names none (`information_schema`, `duckdb_views()`) or
+    is not one statement."""
     try:
-        named = {name.lower() for name in sql.relations(con, query)}
-    except (ValueError, duckdb.Error):
-        named = set()
-    finally:
-        con.close()
-    return tuple(name for name in TABLES + ROLLUP_TABLES if name in named) or TABLES + ROLLUP_TABLES
+        return sql.tables_named([query], TABLES + ROLLUP_TABLES) or TABLES + ROLLUP_TABLES
+    except ValueError:
+        return TABLES + ROLLUP_TABLES
 
 
 def print_query(warehouse_dir: Path, query: str, output_format: str, out: TextIO) -> None:

@@ -168,6 +168,7 @@ class SharedSession:
         self._given: dict[int, dict[str, Any]] = {}  # per connection, the variables it has
         self._connections: list[duckdb.DuckDBPyConnection] = []
         self._lock = threading.Lock()
+        self._local = threading.local()
         self._owner = session(config)
         self._owner.execute(f"ATTACH ':memory:' AS \"{self.database}\"").fetchall()
 
@@ -180,6 +181,13 @@ class SharedSession:
             self._given[id(con)] = {}
         self.sync(con)
         return con
+
+    def here(self) -> duckdb.DuckDBPyConnection:
+        """The calling thread's connection (made on its first call), with every variable set so far."""
+        if not hasattr(self._local, "con"):
+            self._local.con = self.connect()
+        self.sync(self._local.con)
+        return self._local.con
 
     def set_variables(self, **values: Any) -> None:
         with self._lock:
@@ -267,21 +275,23 @@ def relations(con: duckdb.DuckDBPyConnection, query: str) -> set[str]:
     return names
 
 
+def tables_named(queries: list[str], among: tuple[str, ...]) -> tuple[str, ...]:
+    """The tables of `among` that any of `queries` names, in any case, for a session that makes
+    views of those alone (each view reads its files' schemas when it is made); ValueError for a
+    query that is not one statement DuckDB can serialise."""
+    con = session()
+    try:
+        named = {name.lower() for query in queries for name in relations(con, query)}
+    finally:
+        con.close()
+    return tuple(name for name in among if name in named)
+
+
 def tables_read(queries: list[str], among: tuple[str, ...]) -> tuple[str, ...]:
-    """The tables of `among` that any of `queries` names, for a session that makes views of those
-    alone (each view reads its files' schemas when it is made). Parsing takes milliseconds a
-    query, so the answer is kept, under a digest of the queries."""
+    """tables_named for the project's own queries: parsing takes milliseconds a query, so the
+    answer is kept, under a digest of the queries."""
     digest = hashlib.sha256(json.dumps([duckdb.__version__, queries, among]).encode()).hexdigest()[:20]
-
-    def parsed() -> str:
-        con = session()
-        try:
-            named = set().union(*(relations(con, query) for query in queries))
-        finally:
-            con.close()
-        return json.dumps([name for name in among if name in named])
-
-    return tuple(json.loads(kept(f"tables-read-{digest}.json", parsed)))
+    return tuple(json.loads(kept(f"tables-read-{digest}.json", lambda: json.dumps(tables_named(queries, among)))))
 
 
 @cache

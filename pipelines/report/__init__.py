@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import threading
 import uuid
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -48,7 +47,6 @@ class ReportQueries:
         self.shared = shared
         self._ahead = threads > 1
         self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="wirespeed-report")
-        self._local = threading.local()
         self._started: dict[str, Future] = {}
 
     def set_variables(self, **values) -> None:
@@ -67,10 +65,7 @@ class ReportQueries:
         self._pool.shutdown(cancel_futures=True)
 
     def _run(self, name: str) -> list[dict]:
-        if not hasattr(self._local, "con"):
-            self._local.con = self.shared.connect()
-        self.shared.sync(self._local.con)
-        return sql.report_rows(self._local.con, name)
+        return sql.report_rows(self.shared.here(), name)
 
 
 def bar_px(bars: int, width: int = PAGE_PX - AXIS_PX, most: int = MAX_BAR_PX) -> int:
