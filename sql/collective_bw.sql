@@ -33,8 +33,8 @@
 --   bytes BIGINT  Message size S.
 --   start_ns BIGINT  Start on this rank, ns since the Unix epoch.
 --   dur_ns BIGINT  Duration on this rank, waiting included.
---   transfer_ns BIGINT  The collective's transfer time (shortest duration across ranks).
---   wait_ns BIGINT  dur_ns - transfer_ns: how long this rank waited for the others.
+--   transfer_ns BIGINT  The collective's transfer time (collective_sync.transfer_ns).
+--   wait_ns BIGINT  dur_ns - transfer_ns, at least 0: how long this rank waited for the others.
 --   last_arrival BOOLEAN  Whether this rank arrived last (everyone else waited for it).
 --   algbw_gbps DOUBLE  8 * bytes / dur_ns, in Gbit/s.
 --   busbw_gbps DOUBLE  algbw_gbps times the bus-bandwidth factor.
@@ -123,7 +123,7 @@ SELECT
   r.start_ns,
   r.dur_ns,
   r.transfer_ns,
-  r.dur_ns - r.transfer_ns AS wait_ns,
+  greatest(r.dur_ns - r.transfer_ns, 0) AS wait_ns,
   r.rank = r.last_rank AS last_arrival,
   8.0 * r.bytes / r.dur_ns AS algbw_gbps,
   8.0 * r.bytes / r.dur_ns * r.factor AS busbw_gbps,

@@ -4,7 +4,10 @@
 -- they are matched). A blocking collective ends when its last rank arrives, so the shortest
 -- duration across ranks is the time the transfer
 -- itself took; every other rank waited for the rest (TraceLens and the old TensorBoard plugin use
--- the same split). Start times of different hosts compare only as well as their clocks agree.
+-- the same split). A point-to-point pair is the exception: a send can return as soon as its data
+-- is buffered, before the data has crossed the link, so its transfer is the receive's time from
+-- the later of the two starts to its end (the data cannot arrive before it is sent). Start times
+-- of different hosts compare only as well as their clocks agree.
 --
 -- Grain: one row per run and matched collective.
 --
@@ -14,7 +17,8 @@
 --   match_method VARCHAR  'comms_id', 'pg_seq' (group and trace sequence number) or
 --       'pg_step_order' (group, step and position in the step).
 --   op VARCHAR  The operation (the most common one, if ranks disagree; see op_mismatch).
---   op_mismatch BOOLEAN  Whether the matched ranks disagree on the op: the match is suspect.
+--   op_mismatch BOOLEAN  Whether the matched ranks disagree on the op (a send matched with a
+--       receive agrees): the match is suspect.
 --   pg VARCHAR  Process group.
 --   step BIGINT  Step the collective started in (the most common across its ranks).
 --   ranks INTEGER  Ranks whose traces have an instance of it.
@@ -25,28 +29,56 @@
 --   end_ns BIGINT  Latest end across ranks.
 --   skew_ns BIGINT  last_start_ns - first_start_ns: how far apart the ranks arrived.
 --   last_rank INTEGER  The rank that arrived last (started latest).
---   transfer_ns BIGINT  Shortest duration across ranks: the transfer, without waiting.
+--   transfer_ns BIGINT  Shortest duration across ranks: the transfer, without waiting; for a
+--       point-to-point pair, the receive's end less the later start.
 --   max_wait_ns BIGINT  Longest duration minus transfer_ns: the most any rank waited.
---   total_wait_ns BIGINT  Sum over ranks of duration minus transfer_ns.
+--   total_wait_ns BIGINT  Sum over ranks of duration minus transfer_ns (none below 0).
+WITH matched AS (
+  SELECT
+    collective_key,
+    any_value(match_method) AS match_method,
+    mode(op) AS op,
+    bool_and(op IN ('send', 'recv')) AND count(DISTINCT op) = 2 AS point_to_point,
+    count(DISTINCT op) AS ops,
+    any_value(pg) AS pg,
+    mode(step) AS step,
+    count(DISTINCT rank) AS ranks,
+    max(group_size) AS group_size,
+    max(bytes) AS bytes,
+    min(start_ns) AS first_start_ns,
+    max(start_ns) AS last_start_ns,
+    max(end_ns) AS end_ns,
+    arg_max(rank, start_ns) AS last_rank,
+    max(end_ns) FILTER (WHERE op = 'recv') AS received_ns,
+    min(dur_ns) AS shortest_ns,
+    list(dur_ns) AS durations
+  FROM collectives
+  GROUP BY collective_key
+),
+timed AS (
+  SELECT
+    *,
+    CASE WHEN point_to_point THEN greatest(received_ns - last_start_ns, 0) ELSE shortest_ns END AS transfer_ns
+  FROM matched
+)
 SELECT
   getvariable('run_id') AS run_id,
   collective_key,
-  any_value(match_method) AS match_method,
-  mode(op) AS op,
-  count(DISTINCT op) > 1 AS op_mismatch,
-  any_value(pg) AS pg,
-  mode(step) AS step,
-  count(DISTINCT rank) AS ranks,
-  max(group_size) AS group_size,
-  max(bytes) AS bytes,
-  min(start_ns) AS first_start_ns,
-  max(start_ns) AS last_start_ns,
-  max(end_ns) AS end_ns,
-  max(start_ns) - min(start_ns) AS skew_ns,
-  arg_max(rank, start_ns) AS last_rank,
-  min(dur_ns) AS transfer_ns,
-  max(dur_ns) - min(dur_ns) AS max_wait_ns,
-  sum(dur_ns) - count(*) * min(dur_ns) AS total_wait_ns
-FROM collectives
-GROUP BY collective_key
+  match_method,
+  op,
+  ops > 1 AND NOT point_to_point AS op_mismatch,
+  pg,
+  step,
+  ranks,
+  group_size,
+  bytes,
+  first_start_ns,
+  last_start_ns,
+  end_ns,
+  last_start_ns - first_start_ns AS skew_ns,
+  last_rank,
+  transfer_ns,
+  greatest(list_max(durations) - transfer_ns, 0) AS max_wait_ns,
+  list_sum(list_transform(durations, lambda d: greatest(d - transfer_ns, 0))) AS total_wait_ns
+FROM timed
 ORDER BY first_start_ns

@@ -53,7 +53,7 @@ def shared_warehouse(tmp_path_factory) -> Warehouse:
     return store
 
 
-def table_rows(store: Warehouse, query: str, parameters: list | None = None) -> list[dict]:
+def table_rows(store: Warehouse, query: str, parameters: list | dict | None = None) -> list[dict]:
     """A query's rows over a warehouse's published runs, each as a dict by column name."""
     con = store.connect()
     try:

@@ -129,3 +129,33 @@ def test_hta_two_rank_traces_match_by_stream_and_step(shared_warehouse):
     assert {c["collective_key"].split(" step")[0] for c in synced} == {"stream 84", "stream 203"}
     steps = rows(shared_warehouse, "SELECT * FROM step_sync WHERE run_id = 'sampled_2rank' ORDER BY step")
     assert [s["step"] for s in steps] == [551, 552] and all(0 < s["wait_share"] < 1 for s in steps)
+
+
+def test_waiting_for_a_busy_rank_is_not_the_network(tmp_path):
+    """A pipeline's first send returns once its data is buffered (5 us) while the receive waits
+    100 us for the sender's compute, then 200 us for the data; the sender then waits at an
+    all-reduce, 190 us while the receiver is still receiving (the network holds both up) and 50 us
+    while it computes."""
+    p2p = {"name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "nelems": MB_FLOATS, "stream": 40}
+    allreduce = {"name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "collective": "allreduce", "nelems": 1000, "stream": 41}
+    ranks = [
+        Rank(0, "host-a", [(1, 0, 10_000)], [
+            Kernel(0, 100), Kernel(100, 5, collective="send", **p2p), Kernel(110, 290, **allreduce),
+        ]),
+        Rank(1, "host-b", [(1, 0, 10_000)], [
+            Kernel(0, 300, collective="recv", **p2p), Kernel(300, 50), Kernel(350, 50, **allreduce),
+        ]),
+    ]
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, write_run(tmp_path / "run", ranks, 2), "pp", overrides={"link_gbps": 800})
+    synced = {c["op"]: c for c in rows(store, "SELECT * FROM collective_sync")}
+    # The data crossed from the send's start to the receive's end, not in the send's 5 us.
+    assert synced["send"]["transfer_ns"] == 200_000 and not synced["send"]["op_mismatch"]
+    assert synced["allreduce"]["transfer_ns"] == 50_000
+    waits = {(b["rank"], b["op"]): b["wait_ns"] for b in rows(store, "SELECT * FROM collective_bw")}
+    assert waits == {(0, "send"): 0, (1, "recv"): 100_000, (0, "allreduce"): 240_000, (1, "allreduce"): 0}
+    (step,) = rows(store, "SELECT * FROM step_sync")
+    # Exposed: 5 + 290 us on rank 0, 300 + 50 us on rank 1; waiting for a busy rank: 100 + 50 us.
+    assert step["exposed_comm_ns"] == 645_000 and step["exposed_wait_ns"] == 150_000
+    assert step["exposed_transfer_ns"] == 495_000 and step["straggler_rank"] == 1
