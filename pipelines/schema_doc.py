@@ -12,7 +12,9 @@ INTRO = """# Schema
 
 Every table wirespeed publishes, generated from the header of its SQL file (`sql/<table>.sql`) by
 `python -m pipelines.schema_doc`. The header is also the table's contract: the SQL runner casts each
-query's result to exactly these columns and types.
+query's result to exactly these columns and types. A table *empty without* another has no rows
+when that one has none (Flight Recorder tables without dumps); the runner then builds it empty
+without running its query.
 
 Conventions: times are integer nanoseconds since the Unix epoch (`_ns`), durations integer
 nanoseconds, sizes bytes (`_bytes` or `bytes`), rates Gbit/s (`_gbps`, 10^9 bit/s). Every per-run
@@ -36,9 +38,10 @@ def schema_markdown() -> str:
         for name in names:
             table = sql.table(name)
             rows = "\n".join(f"| `{c.name}` | `{c.type}` | {c.doc} |" for c in table.columns)
+            empty = f"**Empty without:** {', '.join(f'`{t}`' for t in table.empty_without)}. " if table.empty_without else ""
             parts.append(
                 f"### `{name}`\n\n{table.summary[0].upper()}{table.summary[1:]}\n\n{table.explanation}\n\n"
-                f"**Grain:** {table.grain.rstrip('.')}. **SQL:** `sql/{name}.sql`.\n\n"
+                f"**Grain:** {table.grain.rstrip('.')}. {empty}**SQL:** `sql/{name}.sql`.\n\n"
                 f"| column | type | meaning |\n|---|---|---|\n{rows}\n"
             )
     return "\n".join(parts)

@@ -14,10 +14,15 @@ Header format:
     -- <paragraphs of explanation>
     --
     -- Grain: one row per ...
+    -- Empty without: <table>[, <table> ...]     (optional)
     --
     -- Columns:
     --   <name> <TYPE>  <what it holds, with units>
     --       <continuation of the description>
+
+`Empty without` names tables without whose rows the table has none (a Flight Recorder table in a
+run without dumps): the runner then builds it empty, sparing the planning of a large query over
+nothing, which is most of a small run's cost for such a table.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class TableSql:
     grain: str
     columns: tuple[Column, ...]
     query: str
+    empty_without: tuple[str, ...] = ()
 
     def select(self) -> str:
         """The query wrapped to return exactly the documented columns and types."""
@@ -97,6 +103,7 @@ def parse(name: str, text: str) -> TableSql:
     summary = first[len(f"-- {name}: ") :].strip()
     explanation: list[str] = []
     grain = ""
+    empty_without: tuple[str, ...] = ()
     columns: list[Column] = []
     in_columns = False
     for line in header[1:]:
@@ -116,6 +123,8 @@ def parse(name: str, text: str) -> TableSql:
         content = line[2:].strip()
         if content.startswith("Grain:"):
             grain = content[len("Grain:") :].strip()
+        elif content.startswith("Empty without:"):
+            empty_without = tuple(part.strip() for part in content[len("Empty without:") :].split(","))
         elif content == "Columns:":
             in_columns = True
         else:
@@ -123,7 +132,7 @@ def parse(name: str, text: str) -> TableSql:
     if not grain or not columns:
         raise ValueError(f"sql/{name}.sql needs a 'Grain:' line and a 'Columns:' block")
     query = "\n".join(lines[body_start:]).strip().rstrip(";")
-    return TableSql(name, summary, _paragraphs(explanation), grain, tuple(columns), query)
+    return TableSql(name, summary, _paragraphs(explanation), grain, tuple(columns), query, empty_without)
 
 
 def _paragraphs(lines: list[str]) -> str:
@@ -235,12 +244,22 @@ def macros_text(temporary: bool = True) -> str:
     return text if temporary else text.replace("CREATE OR REPLACE TEMP MACRO", "CREATE OR REPLACE MACRO")
 
 
+def build_query(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """The query that builds table `name` in this connection: its file's, or none at all when a
+    table it is empty without has no rows."""
+    contract = table(name)
+    for needed in contract.empty_without:
+        if not con.execute(f'SELECT EXISTS (FROM "{needed}")').fetchall()[0][0]:
+            return contract.empty()
+    return contract.select()
+
+
 def materialize(con: duckdb.DuckDBPyConnection, name: str, temporary: bool = True) -> int:
     """Build table `name` from its file, in this connection (or its database: `temporary`
     False); return its row count."""
     created = "CREATE OR REPLACE TEMP TABLE" if temporary else "CREATE OR REPLACE TABLE"
     try:
-        con.execute(f'{created} "{name}" AS {table(name).select()}').fetchall()
+        con.execute(f'{created} "{name}" AS {build_query(con, name)}').fetchall()
     except duckdb.Error as error:
         error.add_note(f"while building sql/{name}.sql")
         raise

@@ -10,6 +10,7 @@
 -- its recorder, name and members together.
 --
 -- Grain: one row per rank, recorder and process group that rank's dump names.
+-- Empty without: fr_dumps
 --
 -- Columns:
 --   rank INTEGER  Global rank whose dump names the group.

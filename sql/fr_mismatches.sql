@@ -23,6 +23,7 @@
 -- what the missing rank did last and where its stack was when it was dumped (docs/flight-recorder.md).
 --
 -- Grain: one row per run, process group and sequence id with a problem.
+-- Empty without: fr_entries
 --
 -- Columns:
 --   run_id VARCHAR  The run.

@@ -7,6 +7,7 @@
 -- its capacity).
 --
 -- Grain: one row per run, host, source and interface.
+-- Empty without: net_utilization
 --
 -- Columns:
 --   run_id VARCHAR  The run.
