@@ -133,30 +133,32 @@ def _run(command: list[str], environment: dict[str, str], output: Path | None) -
     """Run the command in the foreground, passing SIGINT/SIGTERM on so it can stop cleanly; its
     output goes to this terminal, or to the file `output`.
 
+    The handlers that pass them on are in place before the command starts, so that it starts with
+    both at their defaults (exec resets a handled signal, but keeps an ignored one): started from a
+    shell or a test harness that ignores SIGTERM, the job would otherwise ignore the scheduler's
+    SIGTERM this process passes on, and hang on past it.
+
     SIGUSR1 asks the ranks for a Flight Recorder dump (collectors/flight_recorder.py). It is
     ignored here and in every process of the job that does not handle it, as the launchers
     (torchrun, a multiprocessing parent) do not: sent to the whole job, as a scheduler sends it,
     it dumps the ranks and ends nothing."""
+    started: list[subprocess.Popen] = []
+
+    def forward(signum, _frame):
+        if not started:  # before the command started: it never will
+            raise SystemExit(128 + signum)
+        started[0].send_signal(signum)
+
     usr1 = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    forwarded = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         if output is None:
-            child = subprocess.Popen(command, env=environment)
+            started.append(subprocess.Popen(command, env=environment))
         else:
             output.parent.mkdir(parents=True, exist_ok=True)
             with open(output, "ab") as handle:
-                child = subprocess.Popen(command, env=environment, stdout=handle, stderr=subprocess.STDOUT)
-    except BaseException:
-        signal.signal(signal.SIGUSR1, usr1)
-        raise
-    forwarded = {}
-
-    def forward(signum, _frame):
-        child.send_signal(signum)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        forwarded[signum] = signal.signal(signum, forward)
-    try:
-        return child.wait()
+                started.append(subprocess.Popen(command, env=environment, stdout=handle, stderr=subprocess.STDOUT))
+        return started[0].wait()
     finally:
         for signum, previous in forwarded.items():
             signal.signal(signum, previous)
