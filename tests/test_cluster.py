@@ -203,7 +203,7 @@ def test_multi_host_collect_needs_a_shared_run_id_and_one_launch_per_host(tmp_pa
 def test_every_job_runs_on_two_hosts_and_is_slower_on_a_slower_link(cluster_runs, job):
     cost = cluster_runs(job)
     runs = [(run, rate / 1000) for pair in cost.pairs for run, rate in ((pair.slow, CLUSTER_SLOW_MBIT), (pair.fast, CLUSTER_FAST_MBIT))]
-    assert len(runs) == 2 * CLUSTER_REPEATS
+    assert len(runs) >= 2 * CLUSTER_REPEATS  # more pairs while the machine was not quiet (measure_link_cost)
     for run, link_gbps in runs:
         manifest = json.loads((run.run_dir / rundir.MANIFEST).read_text())
         assert manifest["hosts"] == ["host0", "host1"] and manifest["world_size"] == 2 and manifest["exit_code"] == 0
