@@ -48,16 +48,22 @@ def read_net(proc_net_dev: Path = PROC_NET_DEV, infiniband: Path = host.SYS_IB) 
     return counters
 
 
-def read_cpu(proc_stat: Path = PROC_STAT) -> list[tuple[int, int, int]]:
-    """(core, busy ticks, idle ticks) per core; core -1 is the whole machine."""
+def core_ticks(proc_stat: Path = PROC_STAT) -> list[tuple[int, list[int]]]:
+    """(core, [user, nice, system, idle, iowait, irq, softirq, steal] ticks) per core; core -1 is
+    the whole machine."""
     cores = []
     for line in proc_stat.read_text().splitlines():
         if not line.startswith("cpu"):
             break
         name, *fields = line.split()
-        ticks = [int(v) for v in fields[:8]] + [0] * (8 - len(fields[:8]))
-        user, nice, system, idle, iowait, irq, softirq, steal = ticks
-        core = -1 if name == "cpu" else int(name[3:])
+        cores.append((-1 if name == "cpu" else int(name[3:]), [int(v) for v in fields[:8]] + [0] * (8 - len(fields[:8]))))
+    return cores
+
+
+def read_cpu(proc_stat: Path = PROC_STAT) -> list[tuple[int, int, int]]:
+    """(core, busy ticks, idle ticks) per core; core -1 is the whole machine."""
+    cores = []
+    for core, (user, nice, system, idle, iowait, irq, softirq, steal) in core_ticks(proc_stat):
         cores.append((core, user + nice + system + irq + softirq + steal, idle + iowait))
     return cores
 

@@ -31,6 +31,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from collectors.sampler import core_ticks
+
 SUBNET_PREFIX = "198.18.0."
 SUBNET_BITS = 24
 INTERFACE = "eth0"
@@ -213,15 +215,15 @@ def _ip(*args: str) -> None:
 
 JOB_PORT = 29500
 # A run is quiet when the hypervisor took at most this share of the machine's CPU time during it
-# (2.6 % on average over a day; 9-24 % over six FSDP2 runs in a busy spell, whose fast runs' steps
-# were half as long again as in a quiet one).
+# (2.6 % over the 21 hours since this machine started; 9-24 % over six FSDP2 runs in a busy spell,
+# whose fast runs' steps were half as long again as in a quiet one).
 QUIET_STEAL_SHARE = 0.05
 
 
 def cpu_ticks() -> tuple[int, int]:
-    """The machine's CPU ticks so far: all of them, and those the hypervisor took (/proc/stat)."""
-    user, nice, system, idle, iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split(maxsplit=9)[1:9])
-    return user + nice + system + idle + iowait + irq + softirq + steal, steal
+    """The machine's CPU ticks so far: all of them, and those the hypervisor took."""
+    (_, ticks), *_ = core_ticks()
+    return sum(ticks), ticks[7]
 
 
 @dataclass(frozen=True)
