@@ -40,9 +40,6 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
-from torch.nn.parallel import DistributedDataParallel
 
 from collectors.capture import Capture
 
@@ -71,6 +68,8 @@ def sgd_step(module: torch.nn.Module, loss_of: Callable[[], torch.Tensor]) -> St
 
 def ddp_job(rank: int, world: int) -> Step:
     """8.4 MB of gradients in 1 MB buckets: the first buckets overlap backward, the last do not."""
+    from torch.nn.parallel import DistributedDataParallel  # imported by the job that uses it, as FSDP's
+
     network = DistributedDataParallel(mlp(1024, 2), bucket_cap_mb=1)
     inputs, targets = torch.randn(256, 1024), torch.randn(256, 1024)
     return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets))
@@ -80,6 +79,9 @@ def fsdp_job(rank: int, world: int) -> Step:
     """Parameters sharded per layer: all-gathered in forward and again in backward, grads
     reduce-scattered. On CPUs FSDP2 waits for each all-gather where it issues it (there are no
     streams to prefetch on), so all of its communication is exposed."""
+    from torch.distributed.device_mesh import init_device_mesh  # FSDP's imports take 1.5 s: its job alone pays
+    from torch.distributed.fsdp import fully_shard
+
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
     network = mlp(1024, 2)
     for layer in network:
@@ -298,7 +300,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 3:
         parser.error("--steps must be at least 3")
-    mp.spawn(train, args=(args,), nprocs=args.nproc_per_node, join=True)
+    if args.nproc_per_node == 1:
+        train(0, args)  # this process is the rank: a spawned one would import torch a second time (3 s)
+    else:
+        mp.spawn(train, args=(args,), nprocs=args.nproc_per_node, join=True)
 
 
 if __name__ == "__main__":
