@@ -39,7 +39,7 @@ class IngestResult:
     link_gbps: float | None = None  # the line rate the collectives were judged against
     utilization: float | None = None  # of that line rate, by the collectives' bus bandwidth
     full_rate_sf: float | None = None  # the what-if: scaling factor at full line rate
-    estimated_sf: float | None = None  # 1 - exposed share: the scaling factor now
+    estimated_sf: float | None = None  # the scaling factor now, measured as the what-if measures it
     regressions: list[str] = field(default_factory=list)  # what regressed against the job's baseline
     hang: str | None = None  # the Flight Recorders' first problem in words: why the job hung or desynced
 

@@ -5,8 +5,10 @@
 -- was waiting for stragglers. The line rate is that of the link the collectives use: the NIC's
 -- when any of them crosses hosts (or may), the intra-node rate when all stay within one host. At full line rate: the what-if SF at the run's own rank count and
 -- line rate, uncompressed. Scaling: the measured SF against the job's baseline when there is one
--- (scaling), else an estimate, 1 - exposed share, that treats the step minus its exposed
--- communication as the communication-free step (it ignores compute inflation). The class, first
+-- (scaling), else an estimate that treats the step minus its exposed communication as the
+-- communication-free step (it ignores compute inflation): the median of that over the run's
+-- rank-steps, over the median step, as the what-if measures SF, so that the two compare (a mean
+-- would count a last step that holds the profiler's teardown). The class, first
 -- match wins (thresholds in wirespeed.toml [verdict]):
 --   no communication found: nothing to judge;
 --   not communication-bound: exposed share below exposed_share_min;
@@ -36,7 +38,8 @@
 --   full_rate_exposed_ns BIGINT  What-if exposed communication per step at full line rate.
 --   measured_sf DOUBLE  SF measured against the job's baseline (scaling), where there is one.
 --   baseline_kind VARCHAR  What the baseline is: 'device', 'node' or 'smallest run'.
---   estimated_sf DOUBLE  1 - exposed_comm_share.
+--   estimated_sf DOUBLE  SF now, estimated: median over rank-steps of the step without its exposed
+--       communication, over the median step (1 - exposed_comm_share for a run without steps).
 --   min_compression_95 DOUBLE  Least compression for SF 0.95 at the run's line rate.
 --   min_bandwidth_95_gbps DOUBLE  Least uncompressed line rate for SF 0.95.
 --   dominant_dimension VARCHAR  The parallel dimension (dp, fsdp, tp, pp, ep, cp, other) with the
@@ -50,6 +53,8 @@ WITH exposure AS (
       (SELECT sum(exposed_comm_ns) / nullif(sum(step_ns), 0) FROM step_breakdown AS b WHERE b.run_id = r.run_id),
       (SELECT sum(exposed_comm_ns) / nullif(sum(span_ns), 0) FROM rank_breakdown AS b WHERE b.run_id = r.run_id)
     ) AS exposed_comm_share,
+    (SELECT median(step_ns - exposed_comm_ns) / nullif(median(step_ns), 0) FROM step_breakdown AS b WHERE b.run_id = r.run_id)
+      AS median_sf,
     (SELECT count(*) FROM collectives AS c WHERE c.run_id = r.run_id) AS collectives,
     (SELECT count(*) FROM collectives AS c WHERE c.run_id = r.run_id AND c.bytes IS NULL) AS unsized,
     (SELECT mode(size_unknown_reason) FROM collectives AS c WHERE c.run_id = r.run_id) AS unsized_reason,
@@ -129,7 +134,7 @@ joined AS (
     f.full_rate_exposed_ns,
     s.measured_sf,
     s.baseline_kind,
-    1 - e.exposed_comm_share AS estimated_sf,
+    coalesce(e.median_sf, 1 - e.exposed_comm_share) AS estimated_sf,
     t.min_compression_95,
     t.min_bandwidth_95_gbps,
     d.dominant_dimension,

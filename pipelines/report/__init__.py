@@ -268,7 +268,7 @@ def _verdict(rows: list[dict]) -> str:
     if verdict["measured_sf"] is not None:
         now = (factor(verdict["measured_sf"]), f"measured against the job's baseline ({verdict['baseline_kind']})")
     else:
-        now = (factor(verdict["estimated_sf"]), "estimated: 1 − the exposed share (no baseline run)")
+        now = (factor(verdict["estimated_sf"]), "estimated: the median step without its exposed communication, over the median step (no baseline run)")
     tiles = [
         ("exposed communication", share(verdict["exposed_comm_share"]),
          "of step time" + ("" if verdict["wait_share"] is None else f"; {verdict['wait_share']:.0%} of it waiting for other ranks")),
@@ -295,7 +295,7 @@ def _verdict(rows: list[dict]) -> str:
         ("utilisation of the line rate", share(verdict["utilization"])),
         ("scaling factor at full line rate (what-if)", "unknown" if verdict["full_rate_sf"] is None else f"{verdict['full_rate_sf']:.3f}"),
         ("measured scaling factor", "no baseline run" if verdict["measured_sf"] is None else f"{verdict['measured_sf']:.3f} (baseline: {verdict['baseline_kind']})"),
-        ("estimated scaling factor (1 - exposed share)", "unknown" if verdict["estimated_sf"] is None else f"{verdict['estimated_sf']:.3f}"),
+        ("estimated scaling factor (median step less exposed communication / median step)", "unknown" if verdict["estimated_sf"] is None else f"{verdict['estimated_sf']:.3f}"),
     ]
     rows_html = "".join(f"<tr><th>{text(k)}</th><td>{text(v)}</td></tr>" for k, v in facts)
     kind = _VERDICT_CLASS.get(verdict["bottleneck"], "bad")
