@@ -108,7 +108,7 @@ def ingest_paths(
         source = discover(path)
         sizes[name] = source.input_bytes
         store.register_source(name, path, overrides)
-    runner = ThroughDagster(store, names) if os.environ.get("DAGSTER_HOME") else Directly(store, sizes)
+    runner = ThroughDagster(store, sizes) if os.environ.get("DAGSTER_HOME") else Directly(store, sizes)
     outcomes = {}
     with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, desc="ingest", disable=not progress) as bar:
         for name, _ in runs:
@@ -257,44 +257,94 @@ def _outcome_of(future: Future):
 
 
 class ThroughDagster:
-    """The assets of each run materialised in the instance at DAGSTER_HOME, one Dagster run per
-    run (report included); then the roll-ups updated for all of them."""
+    """The runs materialised in the instance at DAGSTER_HOME: small ones together in one Dagster run
+    of the sensor's batch job when there are several (a Dagster run costs seconds before it ingests
+    anything), each other run in a Dagster run of its own assets (report included); then the
+    roll-ups updated for the runs ingested."""
 
-    def __init__(self, store: Warehouse, names: list[str]):
+    def __init__(self, store: Warehouse, sizes: dict[str, int]):
         import dagster as dg
 
         from pipelines.defs.ingest.assets import analyzed_run, normalized_run
+        from pipelines.defs.ingest.batches import ingest_batch_job
         from pipelines.defs.partitions import runs_partitions
         from pipelines.defs.reports.assets import run_report
         from pipelines.defs.resources import WarehouseResource
 
         self.dg = dg
         self.assets = [normalized_run, analyzed_run, run_report]
+        self.batch_job = ingest_batch_job
         self.store = store
+        self.sizes = sizes
+        small = [name for name, size in sizes.items() if size <= SMALL_RUN_BYTES]
+        self.batched = small if len(small) > 1 else []
         self.instance = dg.DagsterInstance.get()
         known = set(self.instance.get_dynamic_partitions(runs_partitions.name))
-        self.instance.add_dynamic_partitions(runs_partitions.name, [n for n in names if n not in known])
+        self.instance.add_dynamic_partitions(runs_partitions.name, [n for n in sizes if n not in known])
         self.resource = WarehouseResource(root=str(store.root), landing=str(_landing()))
+        self.progress: BarProgress | None = None
 
-    def run(self, name: str, progress: BarProgress) -> StagesRun:
+    def run(self, name: str, progress: BarProgress) -> StagesRun | None:
+        """Materialise `name`'s assets now, or leave a batched run to `finish` (None)."""
+        if name in self.batched:
+            self.progress = progress
+            return None
         outcome = self.dg.materialize(
             self.assets,
             partition_key=name,
             instance=self.instance,
             resources={"warehouse": self.resource, "ingest_progress": progress},
-            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            run_config=_QUIET,
             raise_on_error=False,
         )
         if not outcome.success:
-            failures = outcome.get_step_failure_events()
-            error = failures[0].event_specific_data.error.message.strip() if failures else "the run failed"
-            return StagesRun(error.splitlines()[0], [])
+            return StagesRun(_first_failure(outcome), [])
         return StagesRun(None, [e.check_name for e in outcome.get_asset_check_evaluations() if not e.passed])
 
-    def finish(self, outcomes: dict[str, StagesRun]) -> None:
-        ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
-        if ingested:
-            rollups.update(self.store, settings.load(self.store.root), ingested)
+    def finish(self, outcomes: dict[str, StagesRun | None]) -> None:
+        if self.batched:
+            outcomes.update(self._batch())
+        alone = [name for name, outcome in outcomes.items() if outcome.error is None and name not in self.batched]
+        if alone:  # the batch updated its runs' roll-ups itself
+            rollups.update(self.store, settings.load(self.store.root), alone)
+
+    def _batch(self) -> dict[str, StagesRun]:
+        """The batched runs in one Dagster run; each run's outcome from the checks and the failures it recorded."""
+        result = self.batch_job.execute_in_process(
+            run_config={**_QUIET, "ops": {"ingest_runs": {"config": {"run_ids": self.batched}}}},
+            instance=self.instance,
+            resources={"warehouse": self.resource},
+            raise_on_error=False,
+        )
+        if self.progress is not None:
+            self.progress.advance(sum(self.sizes[name] for name in self.batched))
+        errors = {}
+        if not result.success:
+            failure = result.get_step_failure_events()[0].event_specific_data
+            recorded = failure.user_failure_data.metadata.get("errors") if failure.user_failure_data else None
+            errors = recorded.value if recorded is not None else dict.fromkeys(self.batched, _first_failure(result))
+        # From the instance: a failed step's result leaves out the events its op recorded.
+        logged = self.instance.all_logs(result.run_id, of_type=self.dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+        checks = [entry.dagster_event.event_specific_data for entry in logged]
+        return {
+            name: StagesRun(errors[name].splitlines()[0], []) if name in errors
+            else StagesRun(None, [e.check_name for e in checks if e.partition == name and not e.passed])
+            for name in self.batched
+        }
+
+
+_QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def _first_failure(result) -> str:
+    """The first line of what raised in a failed Dagster run's first failed step (not Dagster's wrapper)."""
+    failures = result.get_step_failure_events()
+    if not failures:
+        return "the run failed"
+    error = failures[0].event_specific_data.error
+    while error.cause is not None:
+        error = error.cause
+    return error.message.strip().splitlines()[0]
 
 
 def _result(outcome: StagesRun, run_id: str, path: Path, store: Warehouse, con) -> IngestResult:

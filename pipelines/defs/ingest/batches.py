@@ -64,7 +64,7 @@ def ingest_runs(context: dg.OpExecutionContext, config: Batch, warehouse: Wareho
     if failures:
         raise dg.Failure(
             f"{len(failures)} of {len(outcomes)} runs failed: " + "; ".join(f"{r}: {e}" for r, e in failures.items()),
-            metadata={"failed": sorted(failures), "ingested": ingested},
+            metadata={"failed": sorted(failures), "ingested": ingested, "errors": dg.MetadataValue.json(failures)},
         )
 
 
