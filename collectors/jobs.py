@@ -68,7 +68,7 @@ def sgd_step(module: torch.nn.Module, loss_of: Callable[[], torch.Tensor]) -> St
 
 def ddp_job(rank: int, world: int) -> Step:
     """8.4 MB of gradients in 1 MB buckets: the first buckets overlap backward, the last do not."""
-    from torch.nn.parallel import DistributedDataParallel  # imported by the job that uses it, as FSDP's
+    from torch.nn.parallel import DistributedDataParallel  # here, not at the top: only this job pays for it
 
     network = DistributedDataParallel(mlp(1024, 2), bucket_cap_mb=1)
     inputs, targets = torch.randn(256, 1024), torch.randn(256, 1024)
