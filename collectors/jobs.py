@@ -79,7 +79,7 @@ def fsdp_job(rank: int, world: int) -> Step:
     """Parameters sharded per layer: all-gathered in forward and again in backward, grads
     reduce-scattered. On CPUs FSDP2 waits for each all-gather where it issues it (there are no
     streams to prefetch on), so all of its communication is exposed."""
-    from torch.distributed.device_mesh import init_device_mesh  # FSDP's imports take 1.5 s: its job alone pays
+    from torch.distributed.device_mesh import init_device_mesh  # FSDP's imports take about 2 s: its job alone pays
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))

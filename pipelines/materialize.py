@@ -257,16 +257,16 @@ def _outcome_of(future: Future):
 
 
 class ThroughDagster:
-    """The runs materialised in the instance at DAGSTER_HOME: small ones together in one Dagster run
-    of the sensor's batch job when there are several (a Dagster run costs seconds before it ingests
-    anything), each other run in a Dagster run of its own assets (report included); then the
-    roll-ups updated for the runs ingested."""
+    """The runs materialised in the instance at DAGSTER_HOME: small ones batched as the sensor
+    batches them, each batch in one Dagster run of the batch job (a Dagster run costs seconds
+    before it ingests anything), each other run in a Dagster run of its own assets (report
+    included); then the roll-ups updated for the runs ingested alone."""
 
     def __init__(self, store: Warehouse, sizes: dict[str, int]):
         import dagster as dg
 
         from pipelines.defs.ingest.assets import analyzed_run, normalized_run
-        from pipelines.defs.ingest.batches import ingest_batch_job
+        from pipelines.defs.ingest.batches import ingest_batch_job, small_batches
         from pipelines.defs.partitions import runs_partitions
         from pipelines.defs.reports.assets import run_report
         from pipelines.defs.resources import WarehouseResource
@@ -276,8 +276,8 @@ class ThroughDagster:
         self.batch_job = ingest_batch_job
         self.store = store
         self.sizes = sizes
-        small = [name for name, size in sizes.items() if size <= SMALL_RUN_BYTES]
-        self.batched = small if len(small) > 1 else []
+        self.batches = small_batches(sizes)
+        self.batched = {name for batch in self.batches for name in batch}
         self.instance = dg.DagsterInstance.get()
         known = set(self.instance.get_dynamic_partitions(runs_partitions.name))
         self.instance.add_dynamic_partitions(runs_partitions.name, [n for n in sizes if n not in known])
@@ -302,34 +302,34 @@ class ThroughDagster:
         return StagesRun(None, [e.check_name for e in outcome.get_asset_check_evaluations() if not e.passed])
 
     def finish(self, outcomes: dict[str, StagesRun | None]) -> None:
-        if self.batched:
-            outcomes.update(self._batch())
+        for batch in self.batches:
+            outcomes.update(self._batch(batch))
         alone = [name for name, outcome in outcomes.items() if outcome.error is None and name not in self.batched]
-        if alone:  # the batch updated its runs' roll-ups itself
+        if alone:  # a batch updates its runs' roll-ups itself
             rollups.update(self.store, settings.load(self.store.root), alone)
 
-    def _batch(self) -> dict[str, StagesRun]:
-        """The batched runs in one Dagster run; each run's outcome from the checks and the failures it recorded."""
+    def _batch(self, batch: list[str]) -> dict[str, StagesRun]:
+        """One batch in one Dagster run; each run's outcome from the checks and the failures it recorded."""
         result = self.batch_job.execute_in_process(
-            run_config={**_QUIET, "ops": {"ingest_runs": {"config": {"run_ids": self.batched}}}},
+            run_config={**_QUIET, "ops": {"ingest_runs": {"config": {"run_ids": batch}}}},
             instance=self.instance,
             resources={"warehouse": self.resource},
             raise_on_error=False,
         )
         if self.progress is not None:
-            self.progress.advance(sum(self.sizes[name] for name in self.batched))
+            self.progress.advance(sum(self.sizes[name] for name in batch))
         errors = {}
         if not result.success:
             failure = result.get_step_failure_events()[0].event_specific_data
             recorded = failure.user_failure_data.metadata.get("errors") if failure.user_failure_data else None
-            errors = recorded.value if recorded is not None else dict.fromkeys(self.batched, _first_failure(result))
+            errors = recorded.value if recorded is not None else dict.fromkeys(batch, _first_failure(result))
         # From the instance: a failed step's result leaves out the events its op recorded.
         logged = self.instance.all_logs(result.run_id, of_type=self.dg.DagsterEventType.ASSET_CHECK_EVALUATION)
         checks = [entry.dagster_event.event_specific_data for entry in logged]
         return {
             name: StagesRun(errors[name].splitlines()[0], []) if name in errors
             else StagesRun(None, [e.check_name for e in checks if e.partition == name and not e.passed])
-            for name in self.batched
+            for name in batch
         }
 
 

@@ -62,7 +62,7 @@ def requested(tick) -> list[tuple[str, list[str]]]:
 
 
 def test_sensor_batches_small_runs_and_gives_a_large_one_its_own_run(tmp_path, monkeypatch):
-    from pipelines.defs.ingest import sensors
+    from pipelines.defs.ingest import batches
 
     landing = tmp_path / "landing"
     for index, name in enumerate(["large", "s1", "s2", "s3", "s4", "s5"]):
@@ -70,8 +70,8 @@ def test_sensor_batches_small_runs_and_gives_a_large_one_its_own_run(tmp_path, m
         (landing / name / "trace.json").write_bytes(b"x" * (5000 if name == "large" else 100))
         (landing / name / "_DONE").touch()
         os.utime(landing / name / "_DONE", ns=(10**18 + index, 10**18 + index))
-    monkeypatch.setattr(sensors, "SMALL_RUN_BYTES", 1000)
-    monkeypatch.setattr(sensors, "BATCH_RUNS", 2)
+    monkeypatch.setattr(batches, "SMALL_RUN_BYTES", 1000)
+    monkeypatch.setattr(batches, "BATCH_RUNS", 2)
     resource = WarehouseResource(root=str(tmp_path / "warehouse"), landing=str(landing))
     tick = landing_sensor(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), resources={"warehouse": resource}))
     assert sorted(requested(tick)) == [

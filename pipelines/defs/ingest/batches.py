@@ -17,7 +17,18 @@ from pipelines.defs.ingest.assets import INGEST_POOL, check_fields
 from pipelines.defs.ingest.jobs import ingest_executor
 from pipelines.defs.reports.assets import regression_check, report_metadata
 from pipelines.defs.resources import IngestProgress, WarehouseResource
-from pipelines.materialize import Directly, failed
+from pipelines.materialize import SMALL_RUN_BYTES, Directly, failed
+
+# Small runs that land together are ingested this many to a Dagster run, which then loads Dagster
+# and the code location once for all of them.
+BATCH_RUNS = 10
+
+
+def small_batches(sizes: dict[str, int]) -> list[list[str]]:
+    """The runs of `sizes` (run id: raw bytes) small enough to share a Dagster run, BATCH_RUNS to a
+    batch in their order; a run that would be alone in its batch is in none."""
+    small = [run_id for run_id, size in sizes.items() if size <= SMALL_RUN_BYTES]
+    return [batch for start in range(0, len(small), BATCH_RUNS) if len(batch := small[start : start + BATCH_RUNS]) > 1]
 
 
 class Batch(dg.Config):

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines.defs.ingest.batches import ingest_batch_job
+from pipelines.defs.ingest.batches import ingest_batch_job, small_batches
 from pipelines.defs.ingest.jobs import ingest_job
 from pipelines.defs.partitions import runs_partitions
 from pipelines.defs.resources import WarehouseResource
-from pipelines.materialize import SMALL_RUN_BYTES
 from pipelines.sources import DONE_MARKER, is_complete_run
 from pipelines.warehouse import check_run_id
 
@@ -19,9 +18,6 @@ from pipelines.warehouse import check_run_id
 # so a landing folder that fills with hundreds of runs neither outlasts a tick's time limit nor
 # queues them all at once.
 MAX_RUNS_PER_TICK = 50
-# Small runs that land together are ingested this many to a Dagster run (pipelines/defs/ingest/
-# batches.py), which then loads Dagster and the code location once for all of them.
-BATCH_RUNS = 10
 
 
 def completed_runs(landing: Path) -> dict[str, tuple[str, int]]:
@@ -49,7 +45,7 @@ def _fingerprint(folder: Path) -> tuple[str, int]:
 @dg.sensor(jobs=[ingest_job, ingest_batch_job], minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
 def landing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult | dg.SkipReason:
     """Ingest each run folder once it is complete, and again whenever it changes afterwards: a
-    large run, or a small one alone, in a Dagster run of its own; small ones BATCH_RUNS at a time."""
+    large run, or a small one alone, in a Dagster run of its own; small ones in batches (small_batches)."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     current = completed_runs(Path(warehouse.landing))
     changed, sizes = {}, {}
@@ -65,8 +61,7 @@ def landing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseReso
             break
     if not changed:
         return dg.SkipReason(f"no new or changed run folder with a {DONE_MARKER} marker")
-    small = [run_id for run_id in changed if sizes[run_id] <= SMALL_RUN_BYTES]
-    batches = [batch for start in range(0, len(small), BATCH_RUNS) if len(batch := small[start : start + BATCH_RUNS]) > 1]
+    batches = small_batches(sizes)
     batched = {run_id for batch in batches for run_id in batch}
     requests = [
         dg.RunRequest(job_name=ingest_job.name, partition_key=r, run_key=f"{r}@{f}") for r, f in changed.items() if r not in batched
