@@ -365,8 +365,8 @@ def test_recorded_durations_give_bus_bandwidth_between_profiled_steps(clean, tmp
 def test_a_collective_entered_by_all_and_finished_by_none_past_its_timeout_is_stuck(clean, tmp_path, warehouse):
     """gloo gives up on a collective at its timeout; NCCL's recorder shows a hung one as entries
     started and never completed, dumped by its watchdog past the timeout. A clean run's last
-    collective written that way on ranks 0 and 1, dumped 5 s into its 3 s timeout, and rank 2's
-    dump left out, as a rank that died leaves none: the collective itself is stuck."""
+    collective written that way on ranks 0 and 1 (every earlier one finished), dumped 5 s into its 3 s
+    timeout, and rank 2's dump left out, as a rank that died leaves none: the collective itself is stuck."""
     run = tmp_path / "stuck"
     shutil.copytree(clean[0], run)
     (run / "manifest.json").write_text(json.dumps(json.loads((run / "manifest.json").read_text()) | {"run_id": "stuck"}))
@@ -374,12 +374,16 @@ def test_a_collective_entered_by_all_and_finished_by_none_past_its_timeout_is_st
     for rank in (0, 1):
         path = run / "fr" / f"rank{rank}.json"
         dump = json.loads(path.read_text())
-        last = dump["entries"][-1]
+        *earlier, last = dump["entries"]
+        for entry in earlier:  # the clean job's dump may catch its second-last call not yet retired
+            entry["retired"] = True
         last.update(state="started", retired=False, time_discovered_started_ns=last["time_created_ns"] + 1000)
         dump["wirespeed"]["dumped_at_ns"] = last["time_created_ns"] + 5 * 10**9
         path.write_text(json.dumps(dump))
     ingested(run, warehouse)
-    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'stuck'")
+    rows = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'stuck'")
+    assert len(rows) == 1, rows
+    (row,) = rows
     assert (row["problem"], row["seq_id"], row["op"]) == ("stuck", STEPS * PER_STEP, "broadcast")
     assert [json.loads(row[k]) for k in ("entered_ranks", "unfinished_ranks", "unknown_ranks", "missing_ranks")] == [[0, 1], [0, 1], [2], []]
     assert row["verdict"] == (
