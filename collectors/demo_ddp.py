@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 from collectors.capture import Capture
+from collectors.jobs import end_process
 
 
 def free_port() -> int:
@@ -50,6 +51,7 @@ def train(rank: int, args: argparse.Namespace, port: int) -> None:
             optimiser.step()
             capture.step()
     dist.destroy_process_group()
+    end_process()
 
 
 def main() -> None:
@@ -65,6 +67,7 @@ def main() -> None:
     if args.steps < 3:
         parser.error("--steps must be at least 3")
     mp.spawn(train, args=(args, free_port()), nprocs=args.world_size, join=True)
+    end_process()
 
 
 if __name__ == "__main__":
