@@ -29,6 +29,7 @@ import torch.multiprocessing as mp
 
 from collectors.capture import Capture
 from collectors.demo_ddp import free_port
+from collectors.jobs import end_process
 
 FAULTS = ("none", "skip", "size")
 
@@ -58,6 +59,7 @@ def train(rank: int, args: argparse.Namespace, port: int) -> None:
             optimiser.step()
             capture.step()
     dist.destroy_process_group()
+    end_process()
 
 
 def main() -> None:
@@ -72,6 +74,7 @@ def main() -> None:
     parser.add_argument("--job", default="faulty-gloo")
     args = parser.parse_args()
     mp.spawn(train, args=(args, free_port()), nprocs=args.world_size, join=True)
+    end_process()
 
 
 if __name__ == "__main__":
