@@ -32,6 +32,7 @@ BIN = Path(sys.executable).parent
 EXAMPLE = REPO / "examples" / "nccl_data.json.gz"
 RANK_BYTES = 9_600_000  # a copy of the example trace's events per rank
 SHARD_MB = 40  # four rank files a shard
+SENSOR_INTERVAL_S = 5  # the demo's runs land one phase after another; each waits for a look
 INGEST_JOBS = ("ingest_job", "ingest_batch_job")  # not the roll-ups' hourly schedule, which may fall in a demo
 
 
@@ -75,6 +76,7 @@ class Deployment:
             **os.environ,
             "DAGSTER_HOME": str(self.home), "WIRESPEED_HOME": str(self.warehouse), "WIRESPEED_LANDING": str(self.landing),
             "WIRESPEED_EXECUTOR": "celery", "WIRESPEED_DAGSTER_SHARED": str(self.root / "shared"),
+            "WIRESPEED_SENSOR_INTERVAL_S": str(SENSOR_INTERVAL_S),
             "WIRESPEED_PG_HOST": head, "WIRESPEED_PG_PORT": str(PG_PORT), "WIRESPEED_PG_USER": "postgres",
             "WIRESPEED_PG_PASSWORD": "wirespeed", "WIRESPEED_PG_DB": "dagster",
             "WIRESPEED_CELERY_BROKER": f"redis://:{REDIS_PASSWORD}@{head}:{REDIS_PORT}/0",
@@ -155,15 +157,18 @@ class Deployment:
     # --- runs ------------------------------------------------------------------------------------
 
     def land(self, run_ids: list[str], ranks: int | None = None) -> None:
-        """Finished run folders in the landing folder, each of `ranks` generated rank files or else
-        the example trace; all written first, then moved in at once, so one sensor tick sees them all."""
+        """Finished run folders in the landing folder, each of `ranks` generated rank files (generated
+        once, linked into each) or else the example trace; all written first, then moved in at once,
+        so one sensor tick sees them all."""
         from pipelines.bench import synth
 
-        staged = self.root / "staged"
+        staged, generated = self.root / "staged", self.root / f"generated-{ranks}"
+        if ranks and not generated.exists():
+            synth.generate(EXAMPLE, generated, ranks=ranks, bytes_per_rank=RANK_BYTES)
         for run_id in run_ids:
             traces = staged / run_id / "traces"
             if ranks:
-                synth.generate(EXAMPLE, traces, ranks=ranks, bytes_per_rank=RANK_BYTES)
+                shutil.copytree(generated, traces, copy_function=os.link)
             else:
                 traces.mkdir(parents=True)
                 shutil.copy(EXAMPLE, traces / EXAMPLE.name)
@@ -175,15 +180,24 @@ class Deployment:
     def wait_for(self, run_ids: list[str], timeout: float) -> dict:
         """Until every run's report is materialised and no Dagster run is left to finish; returns
         the instance's state then (see `status`)."""
+        from pipelines.warehouse import Warehouse
+
         state: dict = {}
+        reports = [Warehouse(self.warehouse).report_path(run_id) for run_id in run_ids]
+        looked = [0.0]
 
         def done() -> bool:
+            # A look at the instance starts a Python that competes with the workers: look when the
+            # reports are written, or now and then for a failed run.
+            if not all(report.exists() for report in reports) and time.time() - looked[0] < 15:
+                return False
+            looked[0] = time.time()
             state.update(self.status(run_ids))
             if state["failed"]:
                 raise RuntimeError(f"Dagster runs {state['failed']} failed; see {self.root / 'logs'}")
             return set(run_ids) <= set(state["reported"]) and not state["busy"]
 
-        _wait(done, f"{len(run_ids)} runs to be ingested", timeout, interval=5)  # each look starts a Python
+        _wait(done, f"{len(run_ids)} runs to be ingested", timeout)
         return state
 
     def status(self, run_ids: list[str]) -> dict:
