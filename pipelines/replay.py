@@ -348,11 +348,13 @@ class Model:
         as measured; the same at every B) and the least intra-host rate (network at the cell's B)."""
         places = sorted({(c.ranks, c.bandwidth_gbps, c.line_rate) for c in cells})
         dimensions = ["all", *self.dimensions]
+        # A run of one dimension compresses all its traffic by compressing that dimension's: one search.
+        searched = {d: "all" if len(self.dimensions) == 1 else d for d in dimensions}
         has_intra = bool((self.replay.intra & (self.replay.link_gbps > 0)).any())  # intra-host links of known rate
         problems: dict[tuple, tuple] = {}
         for r, b, f in places:
             for t in targets:
-                for d in dimensions:
+                for d in dict.fromkeys(searched.values()):
                     problems["compress", r, b, f, t, d] = (
                         lambda x, r=r, b=b, f=f, d=d: self.scenario(Cell(r, b, x, f), d), t, COMPRESSION_RANGE)
                 problems["network", r, f, t] = (lambda x, r=r, f=f: self.scenario(Cell(r, x, 1.0, f)), t, BANDWIDTH_RANGE_GBPS)
@@ -364,7 +366,7 @@ class Model:
         for r, b, f in places:
             for t in targets:
                 for d in dimensions:
-                    compression = least["compress", r, b, f, t, d]
+                    compression = least["compress", r, b, f, t, searched[d]]
                     rows.append({"ranks": r, "bandwidth_gbps": b, "transfers": Cell(r, b, 1.0, f).transfers,
                                  "target": t, "dimension": str(d),
                                  "reachable": compression is not None, "min_compression": compression,
