@@ -126,7 +126,7 @@ class Replay:
         for i, c in enumerate(collective):
             for channel in channels(int(r["rank"][i]), bool(self.intra[i]), self.op[i]):
                 links[c].append(channel_ids.setdefault(channel, len(channel_ids)))
-        self.links = [np.array(sorted(set(ids))) for ids in links]
+        self.links = [sorted(set(ids)) for ids in links]
         self.channel_count = len(channel_ids)
         waited = r["waited_ns"].astype(float)
         slack = np.array([np.nan if v is None else float(v) for v in r["slack_ns"]])
@@ -217,7 +217,7 @@ class Replay:
         arrival_shift = [zero] * self.count
         arrived: list[np.ndarray | None] = [None] * self.collectives
         begin_shift = [zero] * self.collectives
-        free = np.full((self.channel_count, width), -np.inf)  # when each one-way link is next free
+        free = [np.full(width, -np.inf)] * self.channel_count  # when each one-way link is next free
         rank_of, begins, links = self.rank_index, self.begins, self.links
         for event in self._events:
             kind = event[2]
@@ -243,9 +243,12 @@ class Replay:
                     exposed[i] = after - before + waited
             elif kind == BEGIN:
                 c = event[4]
-                start = free[links[c]].max(axis=0)
-                start = np.maximum(start, begins[c] if arrived[c] is None else arrived[c])
-                free[links[c]] = start + duration[c]
+                start = begins[c] if arrived[c] is None else arrived[c]
+                for link in links[c]:
+                    start = np.maximum(start, free[link])
+                end = start + duration[c]
+                for link in links[c]:
+                    free[link] = end
                 begin_shift[c] = start - begins[c]
             elif kind == OPEN:
                 opened[event[3]] = shift[event[4]]
