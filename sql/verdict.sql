@@ -47,20 +47,26 @@
 --   dominant_dimension_share DOUBLE  Its share of the run's exposed communication.
 --   dominant_scope VARCHAR  The link most of that dimension's exposed communication used:
 --       'intra' (within a host), 'inter' (the network) or 'unknown'.
-WITH exposure AS (
+WITH stepped AS (
+  SELECT run_id, sum(exposed_comm_ns) / nullif(sum(step_ns), 0) AS exposed_comm_share,
+    median(step_ns - exposed_comm_ns) / nullif(median(step_ns), 0) AS median_sf
+  FROM step_breakdown
+  GROUP BY run_id
+),
+exposure AS (
   SELECT r.run_id,
     coalesce(
-      (SELECT sum(exposed_comm_ns) / nullif(sum(step_ns), 0) FROM step_breakdown AS b WHERE b.run_id = r.run_id),
+      s.exposed_comm_share,
       (SELECT sum(exposed_comm_ns) / nullif(sum(span_ns), 0) FROM rank_breakdown AS b WHERE b.run_id = r.run_id)
     ) AS exposed_comm_share,
-    (SELECT median(step_ns - exposed_comm_ns) / nullif(median(step_ns), 0) FROM step_breakdown AS b WHERE b.run_id = r.run_id)
-      AS median_sf,
+    s.median_sf,
     (SELECT count(*) FROM collectives AS c WHERE c.run_id = r.run_id) AS collectives,
     (SELECT count(*) FROM collectives AS c WHERE c.run_id = r.run_id AND c.bytes IS NULL) AS unsized,
     (SELECT mode(size_unknown_reason) FROM collectives AS c WHERE c.run_id = r.run_id) AS unsized_reason,
     r.trace_files,
     r.link_gbps AS run_link_gbps
   FROM runs AS r
+  LEFT JOIN stepped AS s ON s.run_id = r.run_id
 ),
 transfers AS (
   SELECT run_id, collective_key, any_value(scope) AS scope, any_value(transfer_ns) AS transfer_ns,
