@@ -183,7 +183,8 @@ class Deployment:
         from pipelines.warehouse import Warehouse
 
         state: dict = {}
-        reports = [Warehouse(self.warehouse).report_path(run_id) for run_id in run_ids]
+        store = Warehouse(self.warehouse)
+        reports = [store.report_path(run_id) for run_id in run_ids]
         looked = [0.0]
 
         def done() -> bool:

@@ -282,12 +282,12 @@ class ThroughDagster:
         known = set(self.instance.get_dynamic_partitions(runs_partitions.name))
         self.instance.add_dynamic_partitions(runs_partitions.name, [n for n in sizes if n not in known])
         self.resource = WarehouseResource(root=str(store.root), landing=str(_landing()))
-        self.progress: BarProgress | None = None
+        self.progress: dict[str, BarProgress] = {}  # a batched run's, told once its batch is done
 
     def run(self, name: str, progress: BarProgress) -> StagesRun | None:
         """Materialise `name`'s assets now, or leave a batched run to `finish` (None)."""
         if name in self.batched:
-            self.progress = progress
+            self.progress[name] = progress
             return None
         outcome = self.dg.materialize(
             self.assets,
@@ -316,8 +316,8 @@ class ThroughDagster:
             resources={"warehouse": self.resource},
             raise_on_error=False,
         )
-        if self.progress is not None:
-            self.progress.advance(sum(self.sizes[name] for name in batch))
+        for name in batch:
+            self.progress[name].advance(self.sizes[name])
         errors = {}
         if not result.success:
             failure = result.get_step_failure_events()[0].event_specific_data

@@ -300,3 +300,13 @@ def test_a_failed_regression_check_is_handed_to_the_alert_command(definitions, t
     # The next tick, from the cursor the first one left, has nothing new to hand on.
     assert regression_alert_sensor(context).skip_message == "no new regression"
     assert len(alerts.read_text().splitlines()) == 1
+
+
+def test_the_sensor_looks_every_30_s_unless_told_otherwise():
+    from pipelines.defs.ingest.sensors import sensor_interval_s
+
+    assert landing_sensor.minimum_interval_seconds == sensor_interval_s({}) == 30
+    assert sensor_interval_s({"WIRESPEED_SENSOR_INTERVAL_S": "5"}) == 5
+    for bad in ("0", "5s", "-1", ""):
+        with pytest.raises(ValueError, match="WIRESPEED_SENSOR_INTERVAL_S must be a whole number"):
+            sensor_interval_s({"WIRESPEED_SENSOR_INTERVAL_S": bad})

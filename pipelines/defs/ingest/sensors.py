@@ -19,8 +19,15 @@ from pipelines.warehouse import check_run_id
 # so a landing folder that fills with hundreds of runs neither outlasts a tick's time limit nor
 # queues them all at once.
 MAX_RUNS_PER_TICK = 50
-# Seconds between the sensor's looks at the landing folder; a deployment may look more often.
-SENSOR_INTERVAL_S = int(os.environ.get("WIRESPEED_SENSOR_INTERVAL_S", "30"))
+
+
+def sensor_interval_s(environ=os.environ) -> int:
+    """Seconds between the sensor's looks at the landing folder: 30, or $WIRESPEED_SENSOR_INTERVAL_S
+    (a deployment whose runs should start sooner may look more often)."""
+    value = environ.get("WIRESPEED_SENSOR_INTERVAL_S", "30")
+    if not value.strip().isdigit() or int(value) < 1:
+        raise ValueError(f"WIRESPEED_SENSOR_INTERVAL_S must be a whole number of seconds, at least 1, not {value!r}")
+    return int(value)
 
 
 def completed_runs(landing: Path) -> dict[str, tuple[str, int]]:
@@ -45,7 +52,7 @@ def _fingerprint(folder: Path) -> tuple[str, int]:
     return digest.hexdigest()[:16], size
 
 
-@dg.sensor(jobs=[ingest_job, ingest_batch_job], minimum_interval_seconds=SENSOR_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(jobs=[ingest_job, ingest_batch_job], minimum_interval_seconds=sensor_interval_s(), default_status=dg.DefaultSensorStatus.RUNNING)
 def landing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult | dg.SkipReason:
     """Ingest each run folder once it is complete, and again whenever it changes afterwards: a
     large run, or a small one alone, in a Dagster run of its own; small ones in batches (small_batches)."""
