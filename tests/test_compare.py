@@ -81,6 +81,16 @@ def closest_two(runs: list) -> tuple:
     return first, second, apart
 
 
+def a_repeat(runs: list, run_again, most: int) -> tuple:
+    """`closest_two` of `runs` and of runs of `run_again()`, run (up to `most` runs in all) while no
+    two agree within REPEAT_AGREEMENT: on a busy hour the first runs may hold no repeat at all."""
+    runs = list(runs)
+    while len(runs) < 2 or (closest_two(runs)[2] > REPEAT_AGREEMENT and len(runs) < most):
+        runs.append(run_again())
+    print(f"median steps {[round(run.median_step_ns / 1e6) for run in runs]} ms")
+    return closest_two(runs)
+
+
 @pytest.fixture(scope="module")
 def straggler_runs(tmp_path_factory, store):
     """DDP on four emulated hosts at 1000 Mbit/s: as it is until two runs agree (at most four
@@ -90,11 +100,8 @@ def straggler_runs(tmp_path_factory, store):
 
     require_cluster()
     landing = tmp_path_factory.mktemp("straggler-landing")
-    runs = [run_job("ddp", 1000, landing, hosts=HOSTS) for _ in range(2)]
-    while closest_two(runs)[2] > REPEAT_AGREEMENT and len(runs) < 4:
-        runs.append(run_job("ddp", 1000, landing, hosts=HOSTS))
-    base, repeat, apart = closest_two(runs)
-    print(f"as it is: median steps {[round(run.median_step_ns / 1e6) for run in runs]} ms; a repeat {apart:.1%} apart")
+    base, repeat, apart = a_repeat([], lambda: run_job("ddp", 1000, landing, hosts=HOSTS), most=4)
+    print(f"as it is: a repeat {apart:.1%} apart")
     straggler = run_job("ddp", 1000, landing, hosts=HOSTS, job_args=("--straggler-ms", str(STRAGGLER_MS)))
     return [ingest_directly(store, run.run_dir) for run in (base, repeat, straggler)]
 
@@ -140,11 +147,14 @@ def test_the_regression_check_fires_on_a_straggler_and_not_on_a_repeat(straggler
 
 
 def test_the_regression_check_fires_on_a_slower_link_and_not_on_a_repeat(cluster_runs, tmp_path):
-    """DDP at 1000 Mbit/s, then again at 1000 (the two runs at 1000 that agree best: quiet), or
-    at 1000 and then at 200 (step time, exposed share and the all-reduces' bus bandwidth regressed).
-    Each comparison in a warehouse of its own."""
+    """DDP at 1000 Mbit/s, then again at 1000 (a repeat: quiet), or at 1000 and then at 200 (step
+    time, exposed share and the all-reduces' bus bandwidth regressed). Each comparison in a
+    warehouse of its own."""
+    from pipelines.cluster import run_job
+
     cost = cluster_runs("ddp")
-    first_fast, later_fast, apart = closest_two([pair.fast for pair in cost.pairs])
+    first_fast, later_fast, apart = a_repeat([pair.fast for pair in cost.pairs],
+                                             lambda: run_job("ddp", cost.fast_mbit, tmp_path / "landing"), most=5)
     print(f"a repeat at {cost.fast_mbit:g} Mbit/s: {apart:.1%} apart")
     for name, earlier, later, fires in (("repeat", first_fast, later_fast, False),
                                         ("slower", cost.pairs[0].fast, cost.pairs[1].slow, True)):
