@@ -167,7 +167,11 @@ def _publish(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> int:
     The file is needed anyway, and reading it back costs little, while holding a table of tens of
     millions of rows (`step_timeline`) in the session would push the rest of the analysis to disk.
     """
-    written = sql.write_parquet(con, f"({sql.build_query(con, name)})", folder / "part-0.parquet")
+    if sql.lacks_inputs(con, name):
+        written = 0
+        sql.write_empty(name, folder / "part-0.parquet")
+    else:
+        written = sql.write_parquet(con, f"({sql.table(name).select()})", folder / "part-0.parquet")
     create_version_view(con, name, temporary=False)
     return written
 

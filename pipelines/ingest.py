@@ -159,7 +159,7 @@ def finish_parse(
         events_dir = version / "trace_events"
         if not parsed:
             # No trace could be read (or the run has logs only): the table still needs its schema.
-            sql.write_parquet(con, f"({sql.table('trace_events').empty()})", events_dir / "part-empty.parquet")
+            sql.write_empty("trace_events", events_dir / "part-empty.parquet")
         for table, files in (("net_samples", source.net_sample_files), ("cpu_samples", source.cpu_sample_files)):
             _write_samples(con, table, files, warehouse.table_dir(version, table), source.run_id, issues)
         _write_logs(con, source, version, warehouse, issues, progress)
@@ -316,7 +316,7 @@ def _write_samples(
 
 def _load_samples(con: duckdb.DuckDBPyConnection, table: sql.TableSql, files: list[Path], target: Path) -> None:
     if not files:
-        sql.write_parquet(con, f"({table.empty()})", target)
+        sql.write_empty(table.name, target)
         return
     sql.set_variables(con, sample_files=[str(f) for f in files])
     sql.write_parquet(con, f"({table.select()})", target)
@@ -403,7 +403,7 @@ def _write_flight_recorder(
             con.unregister("_fr_entries_input")
         parts += 1
     if not parts:
-        sql.write_parquet(con, f"({table.empty()})", folder / "part-empty.parquet")
+        sql.write_empty("fr_entries", folder / "part-empty.parquet")
     return dumps
 
 
@@ -607,6 +607,9 @@ def _text(value) -> str | None:
 
 def _write_rows(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict], folder: Path) -> None:
     """Write Python rows as table `name`, typed and ordered by its SQL file's header."""
+    if not rows:
+        sql.write_empty(name, folder / "part-0.parquet")
+        return
     import pyarrow as pa  # here, not above: it loads while the files parse (see stages.parse)
 
     table = sql.table(name)

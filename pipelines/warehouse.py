@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -38,7 +36,6 @@ from urllib.parse import quote, unquote
 import duckdb
 
 from pipelines import sql
-from pipelines.cache import kept_bytes
 from pipelines.kineto.fields import MAX_PLAUSIBLE_DUR_NS
 from pipelines.settings import Settings
 
@@ -159,11 +156,9 @@ class Warehouse:
             wanted = sql.table(name).empty()
             if target.exists() and stamp.exists() and stamp.read_text() == wanted:
                 continue
-            digest = hashlib.sha256(wanted.encode()).hexdigest()[:20]
-            data = kept_bytes(f"schema-{duckdb.__version__}-{digest}.parquet", lambda: _schema_file(wanted))
             target.parent.mkdir(parents=True, exist_ok=True)
             temporary = target.with_name(f".tmp-{uuid.uuid4().hex}.parquet.tmp")
-            temporary.write_bytes(data)
+            temporary.write_bytes(sql.schema_only(name))
             os.replace(temporary, target)
             stamp.write_text(wanted)
 
@@ -369,18 +364,6 @@ class Warehouse:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _schema_file(query: str) -> bytes:
-    """The bytes of a Parquet file holding `query`'s columns and no rows."""
-    con = sql.session()
-    try:
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "empty.parquet"
-            sql.write_parquet(con, f"({query})", path)
-            return path.read_bytes()
-    finally:
-        con.close()
 
 
 def _safe_key(key: str) -> str:

@@ -136,7 +136,7 @@ def write_events(
 def _copy(con: duckdb.DuckDBPyConnection, trace: ReadTrace, out_path: Path, time_type: str) -> bool:
     """Write the trace's events to `out_path`, times read as `time_type`; False when it has none."""
     if not trace.chunk_paths:
-        sql.write_parquet(con, f"({sql.table('trace_events').empty()})", out_path)
+        sql.write_empty("trace_events", out_path)
         return False
     sql.set_variables(
         con,
