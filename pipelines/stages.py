@@ -110,9 +110,10 @@ def _parsed(
     if summary.issues:
         errors = sum(1 for issue in summary.issues if issue.severity == "error")
         warnings.append(f"{run_id}: {len(summary.issues)} parse issues ({errors} errors); see the parse_issues table")
-    con = open_version(version, settings, run_id, PARSE_TABLES)
+    con = open_version(version, settings, run_id, PARSE_TABLES, macros=False)  # the parse checks need none
     try:
-        counts = {name: con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0] for name in PARSE_TABLES}
+        counted = con.execute("SELECT " + ", ".join(f'(SELECT count(*) FROM "{name}")' for name in PARSE_TABLES)).fetchall()[0]
+        counts = dict(zip(PARSE_TABLES, counted))
         verdicts = [checks.judge(check, con) for check in checks.PARSE_CHECKS]
     finally:
         con.close()

@@ -378,14 +378,16 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 
 def open_version(
-    version: Path, settings: Settings, run_id: str, tables: tuple[str, ...] = PARSE_TABLES
+    version: Path, settings: Settings, run_id: str, tables: tuple[str, ...] = PARSE_TABLES, macros: bool = True
 ) -> duckdb.DuckDBPyConnection:
-    """A session with a view per table in `tables`, reading one version of one run."""
+    """A session with a view per table in `tables`, reading one version of one run, and the
+    shared macros unless `macros` is False (they take a fiftieth of a second to define)."""
     con = sql.session(settings.duckdb_config())
     sql.set_variables(con, **version_variables(version, settings, run_id))
     for name in tables:
         create_version_view(con, name)
-    sql.run_macros(con)
+    if macros:
+        sql.run_macros(con)
     return con
 
 
