@@ -1,5 +1,5 @@
 """Files built once and kept between runs: the report's Vega bundle, the tables' lineage, the
-schema-only Parquet files of a new warehouse.
+schema-only Parquet files of a new warehouse and of every empty table.
 
 Each is named by what it was built from (a version, a digest of the SQL), so a change makes a
 new file and a stale one is never read. A folder that cannot be written only costs the rebuild.

@@ -381,7 +381,7 @@ def open_version(
     version: Path, settings: Settings, run_id: str, tables: tuple[str, ...] = PARSE_TABLES, macros: bool = True
 ) -> duckdb.DuckDBPyConnection:
     """A session with a view per table in `tables`, reading one version of one run, and the
-    shared macros unless `macros` is False (they take a fiftieth of a second to define)."""
+    shared macros unless `macros` is False (defining them takes about 25 ms)."""
     con = sql.session(settings.duckdb_config())
     sql.set_variables(con, **version_variables(version, settings, run_id))
     for name in tables:
