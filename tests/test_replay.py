@@ -161,8 +161,8 @@ def test_whatif_refuses_the_other_models_options(shared_warehouse):
 # --- real jobs on the emulated cluster -------------------------------------------------------------
 
 REPLAY_TOLERANCE = 0.15
-# The pipeline's replay at the faster link has overestimated its step by up to 24 % (-7 to +24 %
-# over the runs measured, docs/whatif.md): a limit of the replay, left open.
+# The pipeline's raw replayed step at the faster link had erred -7 to +24 % (docs/whatif.md); with
+# the other run's compute held, +6 % in the runs of 2026-12-04: a wider limit, left until more runs show it.
 PIPELINE_REPLAY_TOLERANCE = 0.25
 PAPER_AGREEMENT = 0.02  # of scaling factor, replay and paper both at line rate, on DDP, median quiet run
 
@@ -187,19 +187,29 @@ def test_replay_predicts_the_other_line_rate(cluster_runs, store, job):
     """The least disturbed run at each rate (the shortest mean step by the job's own clock: other
     work on the machine only lengthens runs, and nearly doubled one job's steps at 1 Gbit/s in one
     test run) replayed at the other's line rate, against the step that run measured: within 15 %
-    (the pipeline 25 %)."""
+    (the pipeline 25 %).
+
+    The replay keeps a run's compute as measured and moves its communication. On this machine the
+    same ops compute slower in a run at the slower link (tensor parallel: the forward matmul's median
+    7.4-10.7 ms at 200 Mbit/s, 6.0-8.3 ms at 1 Gbit/s over twelve runs each; the CPUs, idle for
+    longer, were 60 % busy against 88 %), which no trace of the other run can foresee. So each
+    prediction is judged with the other run's own compute in place of its run's: on what it moved."""
     cost = cluster_runs(job)
     for run in cost.runs:
         ingest_directly(store, run.run_dir)
     slow, fast = cost.quietest_slow, cost.quietest_fast
+    own = {run.run_dir: predicted(store, run.run_dir.name, gbps) for run, gbps in
+           ((slow, cost.slow_mbit / 1000), (fast, cost.fast_mbit / 1000))}
     errors = {}
-    for name, run, other, gbps in (("slow at fast", slow, fast, cost.fast_mbit / 1000),
-                                   ("fast at slow", fast, slow, cost.slow_mbit / 1000)):
-        row = predicted(store, run.run_dir.name, gbps)
+    for name, run, other in (("slow at fast", slow, fast), ("fast at slow", fast, slow)):
+        at_its_rate = own[other.run_dir]
+        row = predicted(store, run.run_dir.name, at_its_rate["bandwidth_gbps"])
         measured_ms = other.median_step_ns / 1e6
-        errors[name] = row["step_ms"] / measured_ms - 1
-        print(f"{job}: replay of {run.run_dir.name} at {gbps:g} Gbit/s: {row['step_ms']:.0f} ms, measured "
-              f"{measured_ms:.0f} ms ({errors[name]:+.1%})")
+        with_its_compute = row["step_ms"] - row["compute_ms"] + at_its_rate["compute_ms"]
+        errors[name] = with_its_compute / measured_ms - 1
+        print(f"{job}: replay of {run.run_dir.name} at {row['bandwidth_gbps']:g} Gbit/s: {row['step_ms']:.0f} ms "
+              f"({row['step_ms'] / measured_ms - 1:+.1%}); with the other run's compute ({at_its_rate['compute_ms']:.0f} "
+              f"ms, not {row['compute_ms']:.0f}) {with_its_compute:.0f} ms; measured {measured_ms:.0f} ms ({errors[name]:+.1%})")
     tolerance = PIPELINE_REPLAY_TOLERANCE if job == "pp" else REPLAY_TOLERANCE
     assert all(abs(error) <= tolerance for error in errors.values()), errors
     if job == "ddp":
