@@ -185,11 +185,11 @@ class Deployment:
         state: dict = {}
         store = Warehouse(self.warehouse)
         reports = [store.report_path(run_id) for run_id in run_ids]
-        looked = [0.0]
+        looked = [time.time()]
 
         def done() -> bool:
             # A look at the instance starts a Python that competes with the workers: look when the
-            # reports are written, or now and then for a failed run.
+            # reports are written, or every 15 s for a failed run.
             if not all(report.exists() for report in reports) and time.time() - looked[0] < 15:
                 return False
             looked[0] = time.time()
