@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
+from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id  # no public API batches
 
 from pipelines import sql, stages
 from pipelines.defs.ingest.assets import INGEST_POOL, check_fields
