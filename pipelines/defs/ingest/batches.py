@@ -58,34 +58,30 @@ def ingest_runs(context: dg.OpExecutionContext, config: Batch, warehouse: Wareho
     outcomes.update({run_id: runner.run(run_id, IngestProgress()) for run_id in sizes})
     runner.finish(outcomes)
     ingested = [run_id for run_id, outcome in outcomes.items() if outcome.error is None]
-    stages_of = {run_id: outcomes[run_id].outcomes for run_id in ingested}
-    for stage in (stage for run_stages in stages_of.values() for stage in run_stages):
-        for line in stage.info:
-            context.log.info(line)
-        for line in stage.warnings:
-            context.log.warning(line)
-    # Every asset's materialisations before any check of it, as an asset's own step records them.
-    materialized: dict[str, list[tuple[str, dict]]] = {}
-    for run_id, run_stages in stages_of.items():
-        for stage in run_stages:
-            for name, metadata in stage.tables.items():
-                materialized.setdefault(name, []).append((run_id, metadata))
-    _record_materializations(context, materialized)
-    for run_id, run_stages in stages_of.items():
-        for verdict in (verdict for stage in run_stages for verdict in stage.verdicts):
-            context.log_event(dg.AssetCheckEvaluation(dg.AssetKey(verdict.table), partition=run_id, **check_fields(verdict)))
+    materialized: dict[str, list[tuple[str, dict]]] = {}  # asset: (run id, metadata) of each run
+    checks: list[dg.AssetCheckEvaluation] = []
     con = store.connect(settings.duckdb_config(), runs=ingested, tables=("verdict", "regressions"))
     try:
-        reports, regressions = [], {}
         for run_id in ingested:
+            for stage in outcomes[run_id].outcomes:
+                for line in stage.info:
+                    context.log.info(line)
+                for line in stage.warnings:
+                    context.log.warning(line)
+                for name, metadata in stage.tables.items():
+                    materialized.setdefault(name, []).append((run_id, metadata))
+                checks += [dg.AssetCheckEvaluation(dg.AssetKey(v.table), partition=run_id, **check_fields(v)) for v in stage.verdicts]
             sql.set_variables(con, run_id=run_id)
-            reports.append((run_id, report_metadata(sql.report_rows(con, "verdict")[0], store.report_path(run_id))))
-            regressions[run_id] = regression_check(sql.report_rows(con, "regressions"), settings.regression_severity)
+            report = report_metadata(sql.report_rows(con, "verdict")[0], store.report_path(run_id))
+            materialized.setdefault("run_report", []).append((run_id, report))
+            regression = regression_check(sql.report_rows(con, "regressions"), settings.regression_severity)
+            checks.append(dg.AssetCheckEvaluation(dg.AssetKey("run_report"), "no_regression", partition=run_id, **regression))
     finally:
         con.close()
-    _record_materializations(context, {"run_report": reports})
-    for run_id, regression in regressions.items():
-        context.log_event(dg.AssetCheckEvaluation(dg.AssetKey("run_report"), "no_regression", partition=run_id, **regression))
+    # Every asset's materialisations before any check of it, as an asset's own step records them.
+    _record_materializations(context, materialized)
+    for check in checks:
+        context.log_event(check)
     failures = {run_id: outcome.error for run_id, outcome in outcomes.items() if outcome.error is not None}
     if failures:
         raise dg.Failure(
