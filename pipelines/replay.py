@@ -303,6 +303,9 @@ class Model:
         comm_ns = replay.durations(scenarios).sum(axis=0) / len(replay.step_ns)
         fixed = replay.exposed_ns.sum() - replay.rows["waited_ns"].astype(float).sum()
         steps = len(replay.step_ns)
+        chosen = {dimension: replay.dimension == dimension for dimension in self.dimensions}
+        scopes = {dimension: _scope(replay, rows) for dimension, rows in chosen.items()}
+        exposed = {dimension: exposure[rows].sum(axis=0) / steps for dimension, rows in chosen.items()}  # per cell
         rows, parts = [], []
         compute = np.median(replay.compute_ns)
         for k, cell in enumerate(cells):
@@ -314,9 +317,8 @@ class Model:
             where = {"ranks": cell.ranks, "bandwidth_gbps": cell.bandwidth_gbps, "compression": cell.compression,
                      "transfers": cell.transfers}
             for dimension in self.dimensions:
-                chosen = replay.dimension == dimension
-                parts.append({**where, "dimension": str(dimension), "scope": _scope(replay, chosen),
-                              "exposed_ns": round(exposure[chosen, k].sum() / steps)})
+                parts.append({**where, "dimension": str(dimension), "scope": scopes[dimension],
+                              "exposed_ns": round(exposed[dimension][k])})
             parts.append({**where, "dimension": "fixed", "scope": None, "exposed_ns": round(fixed / steps)})
         return rows, parts
 
