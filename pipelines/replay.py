@@ -304,8 +304,8 @@ class Model:
         fixed = replay.exposed_ns.sum() - replay.rows["waited_ns"].astype(float).sum()
         steps = len(replay.step_ns)
         chosen = {dimension: replay.dimension == dimension for dimension in self.dimensions}
-        scopes = {dimension: _scope(replay, rows) for dimension, rows in chosen.items()}
-        exposed = {dimension: exposure[rows].sum(axis=0) / steps for dimension, rows in chosen.items()}  # per cell
+        scopes = {dimension: _scope(replay, picked) for dimension, picked in chosen.items()}
+        exposed = {dimension: exposure[picked].sum(axis=0) / steps for dimension, picked in chosen.items()}  # per cell
         rows, parts = [], []
         compute = np.median(replay.compute_ns)
         for k, cell in enumerate(cells):
