@@ -203,7 +203,6 @@ def analyze_run(
         shared.sync(con)
         for name in PARSE_TABLES:
             create_version_view(con, name, temporary=False)
-        con.execute(sql.macros_text(temporary=False)).fetchall()
 
         def build(con: duckdb.DuckDBPyConnection, name: str) -> int | None:
             if name == WHATIF_STEP:

@@ -28,7 +28,7 @@ def compare(store: Warehouse, settings: Settings, run_a: str, run_b: str) -> dic
             raise LookupError(f"run {run_id!r} is not in the warehouse {store.root}")
     con = store.connect(settings.duckdb_config(), [run_a, run_b], TABLES)
     try:
-        sql.run_macros(con)
+        sql.use_macros(con)
         sql.set_variables(con, run_a=run_a, run_b=run_b, max_collectives=MAX_COLLECTIVES, max_ranks=MAX_RANKS)
         steps = sql.query_rows(con, "compare/steps")
         parts = [{k: v for k, v in row.items() if k != "part_order"} for row in sql.query_rows(con, "compare/parts")]

@@ -391,7 +391,7 @@ def _write_flight_recorder(
     _write_rows(con, "fr_process_groups", [g for d in dumps for g in d.groups], warehouse.table_dir(version, "fr_process_groups"))
     folder = warehouse.table_dir(version, "fr_entries")
     table = sql.table("fr_entries")
-    sql.run_macros(con)  # the table's sizes need dtype_bytes and friends
+    sql.use_macros(con)  # the table's sizes need dtype_bytes and friends
     parts = 0
     for batch in _batches([d.entries for d in dumps], FR_PART_ENTRIES):
         import pyarrow as pa  # only where there are dumps (see _write_rows)

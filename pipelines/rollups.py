@@ -49,11 +49,10 @@ def session(
     con = store.connect(settings.duckdb_config(), runs, tables, shared)
     if shared is None:
         sql.set_variables(con, **_variables(settings))
-        sql.run_macros(con)
+        sql.use_macros(con)
     else:
         shared.set_variables(**_variables(settings), **sql.macro_variables())
         shared.sync(con)
-        con.execute(sql.macros_text(temporary=False)).fetchall()
     return con
 
 

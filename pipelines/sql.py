@@ -150,14 +150,18 @@ def session(config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """A new connection to this process's in-memory database of configuration `config`.
 
     Opening a database costs 20-40 ms and an ingest opens about ten sessions; a connection to an
-    open one costs under a millisecond. A connection's variables and its temporary tables, views,
-    macros and registered objects are its own, so a session creates nothing but TEMP objects and
-    sees no other session's; what it made goes when it is closed.
+    open one costs under a millisecond. A connection's variables and its temporary tables, views
+    and registered objects are its own, so a session creates nothing but TEMP objects and sees no
+    other session's; what it made goes when it is closed. The shared macros (sql/macros.sql) are
+    the exception: the database defines them once for all its connections, as defining them takes
+    20 ms and every session of an ingest but one uses them.
     """
     key = tuple(sorted((config or {}).items()))
     with _DATABASES_LOCK:
         if key not in _DATABASES:
-            _DATABASES[key] = duckdb.connect(config=dict(key))
+            database = duckdb.connect(config=dict(key))
+            database.execute(macros_text()).fetchall()
+            _DATABASES[key] = database
         return _DATABASES[key].cursor()
 
 
@@ -166,7 +170,8 @@ class SharedSession:
 
     A session's TEMP objects are its connection's alone, so tables that several connections
     build and read go into a private in-memory database attached for the purpose, which each
-    connection of this one uses by default, and which `close` detaches with all it holds.
+    connection of this one uses by default, and which `close` detaches with all it holds; names
+    not found there are looked up in the process's database, which holds the shared macros.
     Variables are each connection's own: `set_variables` gives them to every connection, which
     takes them before its next statement (`sync`).
     """
@@ -180,12 +185,15 @@ class SharedSession:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._owner = session(config)
+        (home,) = self._owner.execute("SELECT current_database()").fetchone()
+        self._search_path = f"{self.database}.main,{home}.main"
         self._owner.execute(f"ATTACH ':memory:' AS \"{self.database}\"").fetchall()
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A new connection to the shared database, with every variable set so far."""
         con = session(self.config)
         con.execute(f'USE "{self.database}"').fetchall()
+        con.execute(f"SET search_path = '{self._search_path}'").fetchall()
         with self._lock:
             self._connections.append(con)
             self._given[id(con)] = {}
@@ -226,10 +234,10 @@ def set_variables(con: duckdb.DuckDBPyConnection, **values: Any) -> None:
         con.execute(f"SET VARIABLE {name} = ?", [value]).fetchall()
 
 
-def run_macros(con: duckdb.DuckDBPyConnection) -> None:
-    """Define the shared macros (interval arithmetic and friends) on this connection."""
+def use_macros(con: duckdb.DuckDBPyConnection) -> None:
+    """Give a session what the shared macros (interval arithmetic and friends, defined once per
+    database by `session`) read."""
     set_variables(con, **macro_variables())
-    con.execute(macros_text()).fetchall()
 
 
 def macro_variables() -> dict[str, Any]:
@@ -238,11 +246,9 @@ def macro_variables() -> dict[str, Any]:
     return comm_kernels.session_variables()
 
 
-def macros_text(temporary: bool = True) -> str:
-    """sql/macros.sql; with `temporary` False its macros go into the connection's database
-    (a SharedSession's), for every connection to it."""
-    text = (SQL_DIR / "macros.sql").read_text()
-    return text if temporary else text.replace("CREATE OR REPLACE TEMP MACRO", "CREATE OR REPLACE MACRO")
+def macros_text() -> str:
+    """sql/macros.sql: the macros every session's database defines (see `session`)."""
+    return (SQL_DIR / "macros.sql").read_text()
 
 
 def lacks_inputs(con: duckdb.DuckDBPyConnection, name: str) -> bool:

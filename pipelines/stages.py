@@ -110,7 +110,7 @@ def _parsed(
     if summary.issues:
         errors = sum(1 for issue in summary.issues if issue.severity == "error")
         warnings.append(f"{run_id}: {len(summary.issues)} parse issues ({errors} errors); see the parse_issues table")
-    con = open_version(version, settings, run_id, PARSE_TABLES, macros=False)  # the parse checks need none
+    con = open_version(version, settings, run_id, PARSE_TABLES)
     try:
         counted = con.execute("SELECT " + ", ".join(f'(SELECT count(*) FROM "{name}")' for name in PARSE_TABLES)).fetchall()[0]
         counts = dict(zip(PARSE_TABLES, counted))

@@ -378,16 +378,15 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 
 def open_version(
-    version: Path, settings: Settings, run_id: str, tables: tuple[str, ...] = PARSE_TABLES, macros: bool = True
+    version: Path, settings: Settings, run_id: str, tables: tuple[str, ...] = PARSE_TABLES
 ) -> duckdb.DuckDBPyConnection:
     """A session with a view per table in `tables`, reading one version of one run, and the
-    shared macros unless `macros` is False (defining them takes about 25 ms)."""
+    shared macros."""
     con = sql.session(settings.duckdb_config())
     sql.set_variables(con, **version_variables(version, settings, run_id))
     for name in tables:
         create_version_view(con, name)
-    if macros:
-        sql.run_macros(con)
+    sql.use_macros(con)
     return con
 
 

@@ -1,22 +1,23 @@
--- Macros shared by the table files. Defined once per connection, before any table is built.
+-- Macros shared by the table files. Each session's in-memory database defines them once, for
+-- every connection to it (pipelines/sql.py `session`); what they read is each session's variables.
 
 -- Whether a trace event ran on a GPU stream: kernels, copies and fills. Kineto's categories, plus
 -- the names traces from 2021 and earlier used.
-CREATE OR REPLACE TEMP MACRO is_device_event(cat) AS
+CREATE OR REPLACE MACRO is_device_event(cat) AS
   cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'Kernel', 'Memcpy', 'Memset');
 
 -- Whether a device event moves memory rather than computing: a copy or a fill by its category,
 -- a DMA (or a copy a tool filed as a kernel) by its name.
-CREATE OR REPLACE TEMP MACRO is_memory_category(cat) AS
+CREATE OR REPLACE MACRO is_memory_category(cat) AS
   cat IN ('gpu_memcpy', 'gpu_memset', 'Memcpy', 'Memset');
-CREATE OR REPLACE TEMP MACRO is_memory_name(name) AS
+CREATE OR REPLACE MACRO is_memory_name(name) AS
   regexp_matches(name, '^(Memcpy|Memset|dma)');
 
 -- Whether an event's name is that of communication. An event is communication when it carries
 -- collective metadata or its name says so. The patterns (built-in plus the user's, from
 -- wirespeed.toml) arrive in the `comm_pattern` variable. Test names once each (SELECT DISTINCT):
 -- a regular expression per event is the slowest part of a query over millions of events.
-CREATE OR REPLACE TEMP MACRO is_comm_name(name) AS
+CREATE OR REPLACE MACRO is_comm_name(name) AS
   regexp_matches(name, getvariable('comm_pattern'));
 
 -- The first built-in rule a communication kernel's name matches: the library family it comes
@@ -25,7 +26,7 @@ CREATE OR REPLACE TEMP MACRO is_comm_name(name) AS
 -- from pipelines/comm_kernels.py, in order in `comm_kernel_rules` and as one expression with a
 -- named group per rule in `comm_kernel_regex`, which finds the first matching rule in one pass:
 -- the position of the one group that captured text is the rule's. Call it on distinct names.
-CREATE OR REPLACE TEMP MACRO comm_kernel_match(name) AS
+CREATE OR REPLACE MACRO comm_kernel_match(name) AS
   getvariable('comm_kernel_rules')[list_position(
     list_transform(
       json_extract_string(to_json(regexp_extract(name, getvariable('comm_kernel_regex'), getvariable('comm_kernel_groups'))), '$.*'),
@@ -36,12 +37,12 @@ CREATE OR REPLACE TEMP MACRO comm_kernel_match(name) AS
 -- that one running sum counts all three: compute in the low 20 bits, communication in the next
 -- 20, other above (no rank runs a million intervals of one class at once). `activity_change`
 -- is what an interval of a class adds at its start (and takes away at its end).
-CREATE OR REPLACE TEMP MACRO activity_change(class) AS
+CREATE OR REPLACE MACRO activity_change(class) AS
   CASE class WHEN 'compute' THEN 1 WHEN 'comm' THEN 1048576 ELSE 1099511627776 END;
 
 -- The state of a timeline given its packed counts: communication under compute is overlapped,
 -- communication alone is exposed, copies and fills alone are other, nothing at all is idle.
-CREATE OR REPLACE TEMP MACRO activity_state(active) AS
+CREATE OR REPLACE MACRO activity_state(active) AS
   CASE
     WHEN active % 1048576 > 0 AND active // 1048576 % 1048576 > 0 THEN 'overlapped_comm'
     WHEN active % 1048576 > 0 THEN 'compute'
@@ -52,18 +53,18 @@ CREATE OR REPLACE TEMP MACRO activity_state(active) AS
 
 -- The buckets, `bucket_ns` wide, that the span [start_ns, end_ns) touches: how an instant finds
 -- its step by hash join rather than ASOF join (see `_step_spans`).
-CREATE OR REPLACE TEMP MACRO span_buckets(start_ns, end_ns, bucket_ns) AS
+CREATE OR REPLACE MACRO span_buckets(start_ns, end_ns, bucket_ns) AS
   range(start_ns // bucket_ns, (end_ns - 1) // bucket_ns + 1);
 
 -- Whether an event is a usable interval: timed, positive and not a counter overflow.
-CREATE OR REPLACE TEMP MACRO is_valid_interval(ts_ns, dur_ns) AS
+CREATE OR REPLACE MACRO is_valid_interval(ts_ns, dur_ns) AS
   ts_ns IS NOT NULL AND dur_ns > 0 AND dur_ns <= getvariable('max_dur_ns');
 
 -- One name per collective, whatever spelling PyTorch, NCCL or gloo used:
 -- `allreduce`, `_allgather_base`, `ncclDevKernel_AllGather_...`, `gloo:all_reduce`,
 -- `reduce_scatter_tensor_coalesced` all become allreduce, allgather, reducescatter, ...
 -- Letters only are compared; longer names are tested before their prefixes.
-CREATE OR REPLACE TEMP MACRO collective_op(raw) AS (
+CREATE OR REPLACE MACRO collective_op(raw) AS (
   WITH letters AS (SELECT regexp_replace(lower(regexp_replace(raw, '^(gloo|nccl|c10d):+', '')), '[^a-z]', '', 'g') AS s)
   SELECT CASE
     WHEN raw IS NULL THEN NULL
@@ -87,12 +88,12 @@ CREATE OR REPLACE TEMP MACRO collective_op(raw) AS (
 -- The collective named in an NCCL or RCCL kernel's name (`ncclKernel_AllReduce_RING_LL_Sum_float`,
 -- `ncclDevKernel_ReduceScatter_Sum_f32_RING_LL`, NCCL 2.27's symmetric
 -- `ncclSymkDevKernel_AllReduce_RSxLD_AGxST_sum_f32`); NULL for generic kernels.
-CREATE OR REPLACE TEMP MACRO kernel_collective(name) AS
+CREATE OR REPLACE MACRO kernel_collective(name) AS
   nullif(nullif(regexp_extract(name, '^(?:nccl|rccl)[A-Za-z]*Kernel_([A-Za-z]+)', 1), 'Generic'), '');
 
 -- Bytes per element of a PyTorch (`Float`, `BFloat16`), NumPy-style (`float32`) or kernel-name
 -- (`f32`, `bf16`) element type.
-CREATE OR REPLACE TEMP MACRO dtype_bytes(dtype) AS (
+CREATE OR REPLACE MACRO dtype_bytes(dtype) AS (
   CASE
     WHEN dtype IS NULL THEN NULL
     WHEN lower(dtype) IN ('double', 'float64', 'f64', 'long', 'int64', 'uint64', 'complexfloat', 'complex64') THEN 8
@@ -105,7 +106,7 @@ CREATE OR REPLACE TEMP MACRO dtype_bytes(dtype) AS (
 
 -- Elements in a profiler `Input Dims` value: the sum over its tensors of the product of their
 -- dimensions (`[[64, 32], [32]]` holds 2080). Scalars count as one element.
-CREATE OR REPLACE TEMP MACRO dims_elements(input_dims) AS
+CREATE OR REPLACE MACRO dims_elements(input_dims) AS
   CAST(list_sum(list_transform(
     TRY(from_json(input_dims, '[["BIGINT"]]')),
     lambda dims: coalesce(list_product(dims), 1)
@@ -114,7 +115,7 @@ CREATE OR REPLACE TEMP MACRO dims_elements(input_dims) AS
 -- Bytes of a list of tensors from their shapes and element types as the Flight Recorder writes
 -- them (JSON: `[[3, 1000], [5]]` and `["Float", "Half"]`). A shape of no dimension is a scalar (one
 -- element), no tensor at all is 0 bytes, and an unknown element type makes the whole NULL.
-CREATE OR REPLACE TEMP MACRO tensor_bytes(sizes, dtypes) AS (
+CREATE OR REPLACE MACRO tensor_bytes(sizes, dtypes) AS (
   WITH tensors AS (
     SELECT list_zip(TRY(from_json(sizes, '[["BIGINT"]]')), TRY(from_json(dtypes, '["VARCHAR"]'))) AS t
   )
@@ -128,7 +129,7 @@ CREATE OR REPLACE TEMP MACRO tensor_bytes(sizes, dtypes) AS (
 -- nccl-tests' bus-bandwidth factor: what each rank sends, as a multiple of the message size S, in
 -- the ring algorithm. Bus bandwidth (algorithm bandwidth times this) is comparable with the link's
 -- line rate whatever the number of ranks n.
-CREATE OR REPLACE TEMP MACRO busbw_factor(op, n) AS (
+CREATE OR REPLACE MACRO busbw_factor(op, n) AS (
   CASE
     WHEN n IS NULL OR n < 1 THEN NULL
     WHEN op = 'allreduce' THEN 2.0 * (n - 1) / n
@@ -138,16 +139,16 @@ CREATE OR REPLACE TEMP MACRO busbw_factor(op, n) AS (
 );
 
 -- P(Z > z) for a standard normal Z: Abramowitz and Stegun 26.2.17, absolute error below 7.5e-8.
-CREATE OR REPLACE TEMP MACRO normal_tail(t, x) AS
+CREATE OR REPLACE MACRO normal_tail(t, x) AS
   exp(-x * x / 2) / sqrt(2 * pi())
     * t * (0.319381530 + t * (-0.356563782 + t * (1.781477937 + t * (-1.821255978 + t * 1.330274429))));
-CREATE OR REPLACE TEMP MACRO normal_sf(z) AS
+CREATE OR REPLACE MACRO normal_sf(z) AS
   CASE WHEN z >= 0 THEN normal_tail(1 / (1 + 0.2316419 * z), z) ELSE 1 - normal_tail(1 / (1 - 0.2316419 * z), -z) END;
 
 -- Ranks in words, for verdicts: `rank 2`, `ranks 0, 1, 3`, and runs of three or more as ranges:
 -- `ranks 0-6, 8-255`. A run starts where a rank does not follow the one before, and ends where
 -- the next does not follow it.
-CREATE OR REPLACE TEMP MACRO ranks_text(ranks) AS (
+CREATE OR REPLACE MACRO ranks_text(ranks) AS (
   WITH sorted AS (SELECT list_sort(ranks) AS r),
   runs AS (
     SELECT r,
@@ -162,11 +163,11 @@ CREATE OR REPLACE TEMP MACRO ranks_text(ranks) AS (
 );
 
 -- A process group in words: its description (`default_pg`, `tp`), else its name.
-CREATE OR REPLACE TEMP MACRO group_text(pg_desc, pg_name) AS
+CREATE OR REPLACE MACRO group_text(pg_desc, pg_name) AS
   CASE WHEN coalesce(pg_desc, '') IN ('', 'undefined') THEN 'process group ' || pg_name ELSE pg_desc END;
 
 -- The innermost `n` frames of a stack written one `name (path:line)` per line, on one line, with
 -- the files' folders left out: `train (job.py:50) ← _wrap (spawn.py:87)`.
-CREATE OR REPLACE TEMP MACRO stack_brief(stack, n) AS
+CREATE OR REPLACE MACRO stack_brief(stack, n) AS
   array_to_string(list_transform(string_split(stack, chr(10))[1:n], lambda f: regexp_replace(f, '\([^()]*/', '(')), ' ← ');
 

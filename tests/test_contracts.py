@@ -61,7 +61,7 @@ def test_tables_are_empty_without_what_their_headers_say(shared_warehouse):
     assert {"_fr_groups", "fr_mismatches", "network_summary"} <= set(declared)
     con = shared_warehouse.connect()
     try:
-        sql.run_macros(con)
+        sql.use_macros(con)
         for name in (n for n in BUILD_ORDER if n.startswith("_fr")):  # intermediates the others read
             con.execute(f'CREATE TEMP TABLE "{name}" AS {sql.table(name).select()}').fetchall()
         for name, needed in declared.items():

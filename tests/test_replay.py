@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import statistics
 
-import duckdb
 import pyarrow as pa
 import pytest
 
@@ -36,8 +35,8 @@ def inputs(rows: list[dict]) -> pa.Table:
 @pytest.fixture(scope="module")
 def factors():
     """The bus-bandwidth factors, from the macros of a session of their own."""
-    con = duckdb.connect()
-    sql.run_macros(con)
+    con = sql.session()
+    sql.use_macros(con)
     yield busbw_factors(con)
     con.close()
 

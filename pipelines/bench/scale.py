@@ -28,9 +28,9 @@ def scaled_version(parsed: Path, target: Path, device_events: int) -> int:
 
 def count_device_events(version: Path) -> int:
     """Device events in a version's `trace_events`, by the analysis's own definition."""
-    con = duckdb.connect()
+    con = sql.session()
     try:
-        sql.run_macros(con)
+        sql.use_macros(con)
         sql.set_variables(con, events=str(version / "trace_events" / "*.parquet"))
         query = "SELECT count(*) FROM read_parquet(getvariable('events')) WHERE ph = 'X' AND is_device_event(cat)"
         return con.execute(query).fetchall()[0][0]
