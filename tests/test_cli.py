@@ -68,6 +68,12 @@ def test_sql_makes_views_of_the_tables_a_query_names_or_of_all(warehouse):
     assert json.loads(out) == [{"n": 2}]
 
 
+def test_sql_can_call_the_macros_the_tables_are_built_with(warehouse):
+    out = wirespeed("sql", "SELECT busbw_factor('allreduce', 8) AS f, round(normal_sf(1.96), 4) AS p",
+                    "--warehouse", str(warehouse), "--format", "json").stdout
+    assert json.loads(out) == [{"f": 1.75, "p": 0.025}]
+
+
 def test_sql_errors_are_reported_not_raised(warehouse):
     result = wirespeed("sql", "SELECT * FROM no_such_table", "--warehouse", str(warehouse), check=False)
     assert result.returncode == 2 and "no_such_table" in result.stderr and "Traceback" not in result.stderr
