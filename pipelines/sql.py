@@ -154,7 +154,7 @@ def session(config: dict | None = None) -> duckdb.DuckDBPyConnection:
     and registered objects are its own, so a session creates nothing but TEMP objects and sees no
     other session's; what it made goes when it is closed. The shared macros (sql/macros.sql) are
     the exception: the database defines them once for all its connections, as defining them takes
-    20 ms and every session of an ingest but one uses them.
+    20 ms and the analysis, roll-ups and report of an ingest each use them.
     """
     key = tuple(sorted((config or {}).items()))
     with _DATABASES_LOCK:
