@@ -247,9 +247,16 @@ class Warehouse:
         return link.resolve() if link.exists() else None
 
     def run_ids(self) -> list[str]:
-        return sorted(
-            run_id_from_dir(p.name) for p in self.runs_dir.iterdir() if p.name != SCHEMA_DIR and p.is_symlink()
-        )
+        return sorted(self.published_versions())
+
+    def published_versions(self) -> dict[str, str]:
+        """Each published run's version folder name, from its link alone (no file of it is read).
+        A run's folder name never starts with "." or "_" (`run_dir_name`): those are the schema
+        folder and links being published."""
+        return {
+            run_id_from_dir(entry.name): Path(os.readlink(entry.path)).name
+            for entry in os.scandir(self.runs_dir) if entry.name[0] not in "._" and entry.is_symlink()
+        }
 
     def staging(self, run_id: str, key: str) -> Path:
         """The version directory an ingest identified by `key` (e.g. a Dagster run id) writes into."""

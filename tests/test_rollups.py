@@ -101,3 +101,37 @@ def test_a_report_reads_stored_rollups_and_verdicts_only_while_current(tmp_path,
     finally:
         con.close()
     assert checks.kept(version) == judged
+
+
+def test_job_mates_read_only_the_runs_the_stored_rollups_are_not_current_for(tmp_path):
+    """A run the stored roll-ups are current for is found by its stored `scaling` row, without its
+    own `runs` file (here made unreadable), so finding mates does not grow with the warehouse; a
+    run published since, with no update, is found by its `runs` row. An update under new
+    thresholds recomputes every run's rows, so that every run is current again."""
+    store = Warehouse(tmp_path / "warehouse")
+    landing = tmp_path / "landing"
+    small, other, third = (SINGLE / n for n in (
+        "df_index_resolver_rank1_of2.json.gz", "trace_diff_test_rank1_of2.json.gz", "trace_diff_control_rank3_of8.json.gz"
+    ))
+    for run_id, trace, job in (("a", small, "j1"), ("b", other, "j1"), ("c", third, "j2")):
+        (result,) = ingest_paths([_run_folder(landing, run_id, trace, job)], store.root, progress=False)
+        assert result.success, result.error
+    settings = Settings()
+    assert set(store.published_versions()) == {"a", "b", "c"}
+    kept = {}
+    for run_id in ("b", "c"):
+        (part,) = (store.published(run_id) / "runs").glob("*.parquet")
+        kept[part] = part.read_bytes()
+        part.unlink()  # not written through: it may be a link to another version's file
+        part.write_bytes(b"not parquet")
+    assert rollups.job_mates(store, settings, ["a"]) == {"a", "b"}
+
+    ingest_directly(store, _run_folder(landing, "d", third, "j1"), "d")  # published, no update
+    assert rollups.job_mates(store, settings, ["a"]) == {"a", "b", "d"}
+    assert rollups.job_mates(store, settings, ["d"]) == {"a", "b", "d"}
+
+    for part, data in kept.items():
+        part.write_bytes(data)
+    stricter = Settings(verdict={**settings.verdict, "exposed_share_min": 0.5})
+    rollups.update(store, stricter, ["d"])
+    assert rollups.current(store, stricter, {"a", "b", "c", "d"})
