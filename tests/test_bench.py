@@ -121,5 +121,6 @@ def test_small_benchmark_prints_every_line(tmp_path):
     whole_rows = [line for line in table.splitlines() if "| wirespeed ingest | " in line]
     assert len(whole_rows) >= 2 and not any("failed" in line for line in whole_rows)
     assert re.search(r"3 small runs in one `wirespeed ingest`: [\d.]+ s, [\d.]+ s per run", table)
-    for command in ("wirespeed report RUN", "wirespeed sql (one small query)", "wirespeed --help"):
+    for command in ("wirespeed report RUN", "wirespeed report RUN, in the 3-run warehouse", "wirespeed sql (one small query)",
+                    "wirespeed --help"):
         assert re.search(rf"\| {re.escape(command)} \| [\d.]+ \|", table), command

@@ -84,7 +84,7 @@ def _whole_processes(args, reference_python: Path | None) -> None:
     many = None
     if args.many_runs:
         many = (args.many_runs, *whole.many_runs(args.source, args.work, args.many_runs, args.timeout * 4))
-    after = whole.commands_after(args.source, args.work, args.rounds)
+    after = whole.commands_after(args.source, args.work, args.rounds, args.many_runs if many and not many[2] else 0)
     whole.print_tables(timed, args.rounds, many, after)
 
 

@@ -145,8 +145,10 @@ def many_runs(source: Path, work: Path, count: int, timeout_s: float) -> tuple[f
     return seconds, failure
 
 
-def commands_after(path: Path, work: Path, rounds: int) -> list[Timed]:
-    """What an analyst runs after an ingest: the report, a small query, the help."""
+def commands_after(path: Path, work: Path, rounds: int, many: int = 0) -> list[Timed]:
+    """What an analyst runs after an ingest: the report, a small query, the help; with `many`, the
+    report again in the warehouse of that many runs that `many_runs` left, whose cost should not
+    grow with the warehouse."""
     warehouse = work / "after-warehouse"
     shutil.rmtree(warehouse, ignore_errors=True)
     subprocess.run([WIRESPEED, "ingest", str(path), "--warehouse", str(warehouse), "--run-id", "after", "--quiet"],
@@ -156,6 +158,9 @@ def commands_after(path: Path, work: Path, rounds: int) -> list[Timed]:
         ("wirespeed sql (one small query)", [WIRESPEED, "sql", "SELECT count(*) FROM steps", "--warehouse", str(warehouse)]),
         ("wirespeed --help", [WIRESPEED, "--help"]),
     ]
+    if many:
+        commands.insert(1, (f"wirespeed report RUN, in the {many}-run warehouse",
+                            [WIRESPEED, "report", "run-0000", "--warehouse", str(work / "many-warehouse")]))
     timed = [Timed(path.name, label, path) for label, _ in commands]
     _in_turn([(entry, command, None) for entry, (_, command) in zip(timed, commands)], rounds, 120)
     return timed
