@@ -254,7 +254,7 @@ class Warehouse:
         A run's folder name never starts with "." or "_" (`run_dir_name`): those are the schema
         folder and links being published."""
         return {
-            run_id_from_dir(entry.name): Path(os.readlink(entry.path)).name
+            run_id_from_dir(entry.name): os.path.basename(os.readlink(entry.path))
             for entry in os.scandir(self.runs_dir) if entry.name[0] not in "._" and entry.is_symlink()
         }
 
