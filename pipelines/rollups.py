@@ -157,8 +157,8 @@ def update(store: Warehouse, settings: Settings, runs: Collection[str]) -> dict[
     reports and for `job_mates`, which reads the `runs` rows of every run that is not.
     """
     with store.rollup_lock():
-        basis = _basis(settings)
-        if _stamp(store)["basis"] != basis:
+        stamp, basis = _stamp(store), _basis(settings)
+        if stamp["basis"] != basis:
             return _rebuild(store, settings)
         mates = job_mates(store, settings, runs)
         versions = _versions(store, mates)
@@ -168,7 +168,7 @@ def update(store: Warehouse, settings: Settings, runs: Collection[str]) -> dict[
             rows = {name: store.replace_rollup(name, con, mates) for name in ROLLUP_TABLES}
         finally:
             con.close()
-        _write_stamp(store, basis, {**_stamp(store)["versions"], **versions})
+        _write_stamp(store, basis, {**stamp["versions"], **versions})
         return rows
 
 
