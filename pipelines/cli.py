@@ -3,7 +3,7 @@
     wirespeed collect --landing DIR [--run-id ID] -- COMMAND...   capture a training run
         [--nnodes N]                                              (on each of N hosts, same run id)
     wirespeed ingest PATH... [--warehouse DIR]                    ingest runs (Dagster, in-process)
-    wirespeed sql "QUERY" [--format table|csv|json]               query the warehouse
+    wirespeed sql "QUERY" [--format table|csv|json] [--run ID]... query the warehouse (those runs only)
     wirespeed report RUN_ID [-o FILE]                             write a run's HTML report
     wirespeed report --fleet [-o FILE]                            write the report of every job's runs
     wirespeed compare RUN_A RUN_B [--format table|json]           what changed from one run to another
@@ -82,7 +82,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from pipelines.query import print_query
 
-    print_query(_warehouse_dir(args.warehouse), args.query, args.format, sys.stdout)
+    print_query(_warehouse_dir(args.warehouse), args.query, args.format, sys.stdout, args.runs)
     return 0
 
 
@@ -180,6 +180,9 @@ def parser() -> argparse.ArgumentParser:
     query.add_argument("query")
     query.add_argument("--warehouse", help=warehouse_help)
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    query.add_argument("--run", action="append", dest="runs", metavar="RUN_ID",
+                       help="only this run's rows in the per-run tables (repeatable); the roll-ups stay whole. "
+                            "The query reads only these runs' files, however many the warehouse holds")
     query.set_defaults(run=cmd_sql)
 
     report = commands.add_parser("report", help="write a run's standalone HTML report")

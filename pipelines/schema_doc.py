@@ -21,9 +21,10 @@ nanoseconds, sizes bytes (`_bytes` or `bytes`), rates Gbit/s (`_gbps`, 10^9 bit/
 table has `run_id`; query across runs freely, or filter on it.
 
 In DuckDB (`wirespeed sql`, or `duckdb warehouse/catalog.duckdb`) each table is a view over the
-Parquet files of every published run; see docs/architecture.md for the layout. `wirespeed sql` also
-has the macros the tables are built with (sql/macros.sql), such as `busbw_factor(op, n)` and
-`normal_sf(z)`.
+Parquet files of every published run (with `wirespeed sql --run RUN_ID`, of those runs alone:
+a query over every run reads every run's files); see docs/architecture.md for the layout.
+`wirespeed sql` also has the macros the tables are built with (sql/macros.sql), such as
+`busbw_factor(op, n)` and `normal_sf(z)`.
 """
 
 GROUPS = (

@@ -134,3 +134,18 @@ def test_an_open_analyst_session_does_not_block_ingestion(warehouse, tmp_path):
     con = duckdb.connect(str(warehouse / "catalog.duckdb"), read_only=True)
     assert con.execute("SELECT count(*) FROM runs").fetchall() == [(3,)]
     con.close()
+
+
+def test_sql_of_some_runs_reads_only_theirs(warehouse):
+    """`--run` limits the per-run tables to those runs (the roll-ups stay whole); a run not in the
+    warehouse is an error that names it."""
+    query = "SELECT (SELECT list(DISTINCT run_id ORDER BY run_id) FROM steps) AS steps, (SELECT count(*) FROM verdict) AS verdicts"
+    (everyone,) = json.loads(wirespeed("sql", query, "--warehouse", str(warehouse), "--format", "json").stdout)
+    assert len(everyone["steps"]) == everyone["verdicts"] >= 2
+    out = wirespeed("sql", query, "--warehouse", str(warehouse), "--format", "json", "--run", "it's a run ü").stdout
+    assert json.loads(out) == [{"steps": ["it's a run ü"], "verdicts": everyone["verdicts"]}]
+    out = wirespeed("sql", query, "--warehouse", str(warehouse), "--format", "json",
+                    "--run", "it's a run ü", "--run", "hta_sampled_2rank").stdout
+    assert json.loads(out) == [{"steps": ["hta_sampled_2rank", "it's a run ü"], "verdicts": everyone["verdicts"]}]
+    result = wirespeed("sql", query, "--warehouse", str(warehouse), "--run", "no-such-run", check=False)
+    assert result.returncode == 2 and "'no-such-run'" in result.stderr and "Traceback" not in result.stderr
