@@ -92,13 +92,18 @@ def _write_stamp(store: Warehouse, basis: str, versions: dict[str, str | None]) 
     os.replace(temporary, target)
 
 
+def _stamped(store: Warehouse, settings: Settings) -> dict[str, str]:
+    """The version each run's stored rows were computed from, where they were computed with today's
+    SQL and settings (none otherwise)."""
+    stamp = _stamp(store)
+    return stamp["versions"] if stamp["basis"] == _basis(settings) else {}
+
+
 def current(store: Warehouse, settings: Settings, runs: Collection[str]) -> bool:
     """Whether the stored rows of `runs` were computed from their published versions, with today's
     SQL and settings (`runs` whole jobs, as job_mates gives them)."""
-    stamp = _stamp(store)
-    return stamp["basis"] == _basis(settings) and all(
-        version is not None and stamp["versions"].get(run_id) == version for run_id, version in _versions(store, runs).items()
-    )
+    stamped = _stamped(store, settings)
+    return all(version is not None and stamped.get(run_id) == version for run_id, version in _versions(store, runs).items())
 
 
 def job_mates(store: Warehouse, settings: Settings, runs: Collection[str]) -> set[str]:
@@ -108,9 +113,7 @@ def job_mates(store: Warehouse, settings: Settings, runs: Collection[str]) -> se
     `runs`' own); the others' jobs are in the stored `scaling`. Reading every run's file took
     0.9 ms a run, which every ingest and report paid for the whole warehouse.
     """
-    published = store.published_versions()
-    stamp = _stamp(store)
-    stamped = stamp["versions"] if stamp["basis"] == _basis(settings) else {}
+    published, stamped = store.published_versions(), _stamped(store, settings)
     current = sorted(run_id for run_id, version in published.items() if stamped.get(run_id) == version)
     others = set(published) - set(current) | set(runs)
     con = store.connect(settings.duckdb_config(), runs=others, tables=("runs", "scaling"))
@@ -138,7 +141,7 @@ def publish(store: Warehouse, settings: Settings) -> dict[str, int]:
 
 
 def _rebuild(store: Warehouse, settings: Settings) -> dict[str, int]:
-    versions = _versions(store, store.run_ids())  # before reading: a run replaced meanwhile is then not current
+    versions = store.published_versions()  # before reading: a run replaced meanwhile is then not current
     con = session(store, settings)
     try:
         recompute(con)

@@ -128,21 +128,30 @@ def _in_turn(plan: list[tuple[Timed, list[str], Path | None]], rounds: int, time
 
 
 def many_runs(source: Path, work: Path, count: int, timeout_s: float) -> tuple[float | None, str | None]:
-    """`count` small runs (run folders of ten jobs, each holding `source`) in one `wirespeed ingest`."""
+    """`count` small runs (run folders of ten jobs, each holding `source`) in one `wirespeed ingest`,
+    into the warehouse `commands_after` reports from again."""
     landing = work / f"many-{count}"
     if not (landing / ".complete").exists():
         shutil.rmtree(landing, ignore_errors=True)
         for index in range(count):
-            folder = landing / f"run-{index:04d}"
+            folder = landing / _many_run_id(index)
             (folder / "traces").mkdir(parents=True)
             (folder / "traces" / source.name).symlink_to(source.absolute())
             (folder / "manifest.json").write_text(json.dumps({"run_id": folder.name, "job": f"job-{index % 10}"}))
         (landing / ".complete").touch()
-    warehouse = work / "many-warehouse"
+    warehouse = _many_warehouse(work)
     shutil.rmtree(warehouse, ignore_errors=True)
     folders = sorted(str(p) for p in landing.iterdir() if p.is_dir())
     seconds, _, failure = run_whole([WIRESPEED, "ingest", *folders, "--warehouse", str(warehouse), "--quiet"], timeout_s)
     return seconds, failure
+
+
+def _many_run_id(index: int) -> str:
+    return f"run-{index:04d}"
+
+
+def _many_warehouse(work: Path) -> Path:
+    return work / "many-warehouse"
 
 
 def commands_after(path: Path, work: Path, rounds: int, many: int = 0) -> list[Timed]:
@@ -160,7 +169,7 @@ def commands_after(path: Path, work: Path, rounds: int, many: int = 0) -> list[T
     ]
     if many:
         commands.insert(1, (f"wirespeed report RUN, in the {many}-run warehouse",
-                            [WIRESPEED, "report", "run-0000", "--warehouse", str(work / "many-warehouse")]))
+                            [WIRESPEED, "report", _many_run_id(0), "--warehouse", str(_many_warehouse(work))]))
     timed = [Timed(path.name, label, path) for label, _ in commands]
     _in_turn([(entry, command, None) for entry, (_, command) in zip(timed, commands)], rounds, 120)
     return timed
