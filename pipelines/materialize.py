@@ -14,7 +14,7 @@ import os
 import sys
 import multiprocessing
 import uuid
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -174,23 +174,31 @@ class Directly:
         return _parse_and_analyze(name, self.store, self.settings, self.landing, progress.advance)
 
     def finish(self, outcomes: dict[str, StagesRun | None]) -> None:
+        """Update the roll-ups for the runs ingested and write their reports. A report written in
+        this process runs its queries while the update runs, those that read roll-ups after it;
+        the pool's reports start once it is done."""
+        updating = ThreadPoolExecutor(1, thread_name_prefix="wirespeed-rollups")
         try:
             for name, future in self.pending.items():
                 outcomes[name] = _outcome_of(future)
             ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
-            if ingested:
-                rollups.update(self.store, self.settings, ingested)
-            reports = {}
-            for name in ingested:
-                if name in self.small:
-                    reports[name] = _submit(self.pool, _report, name, outcomes[name].verdicts)
-                else:
-                    reports[name] = _done(_report, name, outcomes[name].verdicts, self.store, self.settings)
+            if not ingested:
+                return
+            updated = updating.submit(rollups.update, self.store, self.settings, ingested)
+            reports = {
+                name: _done(_report, name, outcomes[name].verdicts, self.store, self.settings, updated)
+                for name in ingested if name not in self.small
+            }
+            if any(name in self.small for name in ingested):
+                updated.result()
+            reports.update({name: _submit(self.pool, _report, name, outcomes[name].verdicts) for name in ingested if name in self.small})
+            updated.result()  # a failed update fails the ingest, as it did before any report
             for name, future in reports.items():
                 failure = _outcome_of(future)  # a report returns nothing
                 if failure is not None:
                     outcomes[name] = failure
         finally:
+            updating.shutdown()
             if self.pool is not None:
                 self.pool.shutdown()
 
@@ -223,9 +231,12 @@ def _parse_and_analyze(
     return StagesRun(None, failing, verdicts, parsed.warnings + analyzed.warnings, [parsed, analyzed])
 
 
-def _report(name: str, verdicts: list, store: Warehouse | None = None, config: settings.Settings | None = None) -> None:
-    """The report stage of one run, from the roll-ups just updated for it."""
-    stages.report(store or _worker["store"], config or _worker["settings"], name, verdicts, stored_rollups=True)
+def _report(
+    name: str, verdicts: list, store: Warehouse | None = None, config: settings.Settings | None = None,
+    updated: Future | None = None,
+) -> None:
+    """The report stage of one run, from the roll-ups just updated for it (or being updated: `updated`)."""
+    stages.report(store or _worker["store"], config or _worker["settings"], name, verdicts, stored_rollups=updated or True)
 
 
 def _submit(pool: ProcessPoolExecutor, function, *arguments) -> Future:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,7 +168,7 @@ def judgement(store: Warehouse, settings: Settings, run_id: str) -> tuple[dict, 
         con.close()
 
 
-def report(store: Warehouse, settings: Settings, run_id: str, verdicts=None, stored_rollups: bool = False) -> Path:
+def report(store: Warehouse, settings: Settings, run_id: str, verdicts=None, stored_rollups: bool | Future = False) -> Path:
     """Write the run's HTML report into the warehouse (see report_run); imported late, as only this stage draws."""
     from pipelines.report import report_run
 

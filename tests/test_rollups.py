@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 from conftest import TRACES, ingest_directly
@@ -63,6 +64,25 @@ def test_updated_rollups_match_a_whole_rebuild(tmp_path):
     finally:
         con.close()
     assert jobs == {"a": 1, "b": 1, "c": 1}  # a's job lost b, so its row was recomputed too
+
+
+def test_a_report_written_while_the_rollups_update_reads_them_updated(tmp_path, monkeypatch):
+    """An ingest writes its report while the roll-ups update for the run; the queries that read
+    them wait for the update, even a slow one: the page is the one written from the stored rows
+    afterwards, with the run in its job's verdict and scaling."""
+    store = Warehouse(tmp_path / "warehouse")
+    landing = tmp_path / "landing"
+    small, other = (SINGLE / n for n in ("df_index_resolver_rank1_of2.json.gz", "trace_diff_test_rank1_of2.json.gz"))
+    (first,) = ingest_paths([_run_folder(landing, "a", small, "j1")], store.root, progress=False)
+    assert first.success, first.error
+
+    real = rollups.update
+    monkeypatch.setattr(rollups, "update", lambda *args: time.sleep(2) or real(*args))
+    (second,) = ingest_paths([_run_folder(landing, "b", other, "j1")], store.root, progress=False)
+    assert second.success, second.error
+    assert rollups.current(Warehouse(store.root), Settings(), {"a", "b"})
+    written = second.report.read_text()
+    assert written == report_run(store, Settings(), "b", tmp_path / "again.html").read_text()
 
 
 def test_a_report_reads_stored_rollups_and_verdicts_only_while_current(tmp_path, monkeypatch):

@@ -10,13 +10,14 @@ import os
 import uuid
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
 
 from pipelines import checks, rollups, sql
 from pipelines.checks import Verdict
 from pipelines.report.page import Page, paragraph, table, text
 from pipelines.settings import Settings
-from pipelines.warehouse import TABLES, Warehouse, open_version
+from pipelines.warehouse import ROLLUP_TABLES, TABLES, Warehouse, open_version
 
 # Every query a report runs (sql.report_rows), and so every table its session needs.
 REPORT_QUERIES = sql.SQL_DIR / "report"
@@ -41,20 +42,24 @@ class ReportQueries:
     """The report's queries over a shared session, `threads` at a time, each on a connection of
     its thread: most of a small query's time is DuckDB planning it on one core. `start` runs
     queries ahead of the page asking for their rows, with more than one thread (with one, a
-    query the page turns out not to need would only cost time); `rows` waits for them."""
+    query the page turns out not to need would only cost time); `rows` waits for them.
 
-    def __init__(self, shared: sql.SharedSession, threads: int):
+    While `rollups_updated` is not done, the stored roll-ups are being updated for the run:
+    the queries that read them wait for it, and start last, so the others run meanwhile."""
+
+    def __init__(self, shared: sql.SharedSession, threads: int, rollups_updated: Future | None = None):
         self.shared = shared
         self._ahead = threads > 1
         self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="wirespeed-report")
         self._started: dict[str, Future] = {}
+        self._rollups_updated = rollups_updated
 
     def set_variables(self, **values) -> None:
         """Variables for the queries started from now on."""
         self.shared.set_variables(**values)
 
     def start(self, names) -> None:
-        for name in names if self._ahead else ():
+        for name in sorted(names, key=reads_rollups) if self._ahead else ():
             self._started[name] = self._pool.submit(self._run, name)
 
     def rows(self, name: str) -> list[dict]:
@@ -65,7 +70,15 @@ class ReportQueries:
         self._pool.shutdown(cancel_futures=True)
 
     def _run(self, name: str) -> list[dict]:
+        if self._rollups_updated is not None and reads_rollups(name):
+            self._rollups_updated.result()
         return sql.report_rows(self.shared.here(), name)
+
+
+@cache
+def reads_rollups(name: str) -> bool:
+    """Whether report query `name` reads a roll-up (its parse tree names one)."""
+    return bool(sql.tables_read([sql.query_text(f"report/{name}")], ROLLUP_TABLES))
 
 
 def bar_px(bars: int, width: int = PAGE_PX - AXIS_PX, most: int = MAX_BAR_PX) -> int:
@@ -465,14 +478,15 @@ def write(html: str, target: Path) -> None:
 
 def report_run(
     store: Warehouse, settings: Settings, run_id: str, target: Path | None = None,
-    verdicts: list[Verdict] | None = None, stored_rollups: bool = False,
+    verdicts: list[Verdict] | None = None, stored_rollups: bool | Future = False,
 ) -> Path:
     """Render the published version of a run and write it (by default into the warehouse).
 
     The run's check `verdicts` are those its version keeps unless given (judged here for a version
     that keeps none). The roll-ups (its verdict, its job's scaling) are recomputed for it and its
-    job mates, unless `stored_rollups` says the stored ones were just updated for it or their
-    stamp says they are current.
+    job mates, unless `stored_rollups` says the stored ones were just updated for it (True) or
+    are being updated for it (the update's future, which the queries reading them wait for), or
+    their stamp says they are current.
     """
     version = store.published(run_id)
     if version is None:
@@ -489,7 +503,7 @@ def report_run(
     live = not stored_rollups and not rollups.current(store, settings, mates)
     texts = [sql.query_text(f"report/{path.stem}") for path in sorted(REPORT_QUERIES.glob("*.sql"))]
     shared = sql.SharedSession(settings.duckdb_config())
-    queries = ReportQueries(shared, settings.threads)
+    queries = ReportQueries(shared, settings.threads, stored_rollups if isinstance(stored_rollups, Future) else None)
     try:
         con = rollups.session(store, settings, mates if live else [run_id], texts, shared)
         if live:
