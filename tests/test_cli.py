@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -77,6 +78,16 @@ def test_sql_can_call_the_macros_the_tables_are_built_with(warehouse):
 def test_sql_errors_are_reported_not_raised(warehouse):
     result = wirespeed("sql", "SELECT * FROM no_such_table", "--warehouse", str(warehouse), check=False)
     assert result.returncode == 2 and "no_such_table" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_command_exits_without_losing_output(warehouse):
+    """`wirespeed` skips the interpreter's teardown at exit (pipelines.cli.run): what it printed
+    still arrives whole, through a buffered pipe."""
+    rows = 200_000
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    result = wirespeed("sql", f"SELECT range AS n FROM range({rows})", "--format", "csv", "--warehouse", str(warehouse), env=buffered)
+    lines = result.stdout.splitlines()
+    assert len(lines) == rows + 1 and lines[-1] == str(rows - 1)
 
 
 def test_report_to_a_chosen_file(warehouse, tmp_path):
