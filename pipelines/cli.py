@@ -263,7 +263,8 @@ def run() -> None:
 
     Once the threads are joined and the exit handlers have run, as at any exit, freeing DuckDB's
     databases and every module's objects would only cost time: 40-50 ms of each command, a tenth
-    of a report's. An error or `--help` exits the usual way.
+    of a report's. An error or `--help` exits the usual way. The first two steps are CPython's
+    own exit steps, private to it (the project pins Python 3.11).
     """
     code = main()
     threading._shutdown()  # what the interpreter does first at exit: join the threads, shut executors down

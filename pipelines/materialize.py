@@ -174,9 +174,9 @@ class Directly:
         return _parse_and_analyze(name, self.store, self.settings, self.landing, progress.advance)
 
     def finish(self, outcomes: dict[str, StagesRun | None]) -> None:
-        """Update the roll-ups for the runs ingested and write their reports. A report written in
-        this process runs its queries while the update runs, those that read roll-ups after it;
-        the pool's reports start once it is done."""
+        """Update the roll-ups for the runs ingested and write their reports: the pool's once the
+        update is done, while those written in this process run (a report written here while the
+        update runs starts its queries at once, those that read roll-ups after the update)."""
         updating = ThreadPoolExecutor(1, thread_name_prefix="wirespeed-rollups")
         try:
             for name, future in self.pending.items():
@@ -185,13 +185,14 @@ class Directly:
             if not ingested:
                 return
             updated = updating.submit(rollups.update, self.store, self.settings, ingested)
-            reports = {
+            pooled = [name for name in ingested if name in self.small]
+            if pooled:
+                updated.result()
+            reports = {name: _submit(self.pool, _report, name, outcomes[name].verdicts) for name in pooled}
+            reports.update({
                 name: _done(_report, name, outcomes[name].verdicts, self.store, self.settings, updated)
                 for name in ingested if name not in self.small
-            }
-            if any(name in self.small for name in ingested):
-                updated.result()
-            reports.update({name: _submit(self.pool, _report, name, outcomes[name].verdicts) for name in ingested if name in self.small})
+            })
             updated.result()  # a failed update fails the ingest, as it did before any report
             for name, future in reports.items():
                 failure = _outcome_of(future)  # a report returns nothing
