@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import uuid
 from collections.abc import Collection
 
 import duckdb
@@ -66,7 +64,7 @@ def _variables(settings: Settings) -> dict:
     return {"comm_pattern": settings.comm_regex(), "max_dur_ns": MAX_PLAUSIBLE_DUR_NS, **settings.verdict, **settings.regressions}
 
 
-STAMP = "stamp.json"  # in rollups/: {"basis": ..., "versions": {run_id: version folder}}
+STAMP = "stamp.json"  # in the published roll-ups' folder: {"basis": ..., "versions": {run_id: version folder}}
 
 
 def _basis(settings: Settings) -> str:
@@ -81,15 +79,14 @@ def _versions(store: Warehouse, runs: Collection[str]) -> dict[str, str | None]:
 
 
 def _stamp(store: Warehouse) -> dict:
-    path = store.rollups_dir / STAMP
-    return json.loads(path.read_text()) if path.exists() else {"basis": None, "versions": {}}
+    published = store.published_rollups()
+    stamped = published is not None and (published / STAMP).exists()
+    return json.loads((published / STAMP).read_text()) if stamped else {"basis": None, "versions": {}}
 
 
-def _write_stamp(store: Warehouse, basis: str, versions: dict[str, str | None]) -> None:
-    target = store.rollups_dir / STAMP
-    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
-    temporary.write_text(json.dumps({"basis": basis, "versions": {r: v for r, v in versions.items() if v}}))
-    os.replace(temporary, target)
+def _stamp_file(basis: str, versions: dict[str, str | None]) -> dict[str, str]:
+    """The stamp, as a file to publish with the roll-ups it describes."""
+    return {STAMP: json.dumps({"basis": basis, "versions": {r: v for r, v in versions.items() if v}})}
 
 
 def _stamped(store: Warehouse, settings: Settings) -> dict[str, str]:
@@ -145,11 +142,9 @@ def _rebuild(store: Warehouse, settings: Settings) -> dict[str, int]:
     con = session(store, settings)
     try:
         recompute(con)
-        rows = {name: store.replace_rollup(name, con) for name in ROLLUP_TABLES}
+        return store.publish_rollups(con, files=_stamp_file(_basis(settings), versions))
     finally:
         con.close()
-    _write_stamp(store, _basis(settings), versions)
-    return rows
 
 
 def update(store: Warehouse, settings: Settings, runs: Collection[str]) -> dict[str, int]:
@@ -168,11 +163,9 @@ def update(store: Warehouse, settings: Settings, runs: Collection[str]) -> dict[
         con = session(store, settings, mates)
         try:
             recompute(con)
-            rows = {name: store.replace_rollup(name, con, mates) for name in ROLLUP_TABLES}
+            return store.publish_rollups(con, mates, _stamp_file(basis, {**stamp["versions"], **versions}))
         finally:
             con.close()
-        _write_stamp(store, basis, {**stamp["versions"], **versions})
-        return rows
 
 
 def lineage() -> dict[str, list[str]]:

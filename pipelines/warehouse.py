@@ -5,7 +5,9 @@ Layout under the warehouse root:
     versions/<run>/<version>/<table>/*.parquet   every table of one ingest of one run
     runs/<run> -> ../versions/<run>/<version>     the published version (a symlink)
     runs/_schema/<table>/empty.parquet           zero rows, so every view has a schema
-    rollups/<table>/*.parquet                    tables over all runs (each file replaced atomically)
+    rollups/_versions/<key>/<table>/*.parquet    tables over all runs, one version per update
+    rollups/current -> _versions/<key>           the published roll-ups (a symlink)
+    rollups/_schema/<table>/empty.parquet        zero rows, so every roll-up view has a schema
     reports/<run>.html                           the run's report
     sources/<run>.json                           where the run's raw inputs are
     catalog.duckdb                               views over runs/*/<table>/*.parquet
@@ -16,6 +18,11 @@ Here ingestion never opens a DuckDB file for writing: it writes Parquet into a f
 directory and publishes it by replacing one symlink, which is atomic. Queries see the old version
 of a run or the new one, never a mix, and never a half-written run. The catalog holds only views,
 whose globs resolve at query time, so it is written once and never locked by ingestion.
+
+The roll-ups are published the same way, all four at once, as a new version: DuckDB opens a file
+more than once in a query, so a file replaced in place, even atomically, could be read torn (the
+old file's footer with the new file's bytes) by a query running meanwhile. The sessions this
+module opens read the version that was published when they opened, by its own folder.
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ TABLES = PARSE_TABLES + ANALYSIS_TABLES
 ROLLUP_TABLES = ("run_summary", "scaling", "verdict", "regressions")
 
 SCHEMA_DIR = "_schema"
+ROLLUP_VERSIONS = "_versions"  # under rollups/: each update's tables, never changed once written
 # Old versions stay readable this long after being replaced, for queries that already listed them.
 GRACE_SECONDS = 600
 # An unpublished version untouched this long belongs to an ingest that died.
@@ -150,7 +158,7 @@ class Warehouse:
         """Each table's schema-only file, copied from the cache folder (written there once per
         schema and DuckDB version: writing 33 files costs a new warehouse a sixth of a second)."""
         targets = [(name, self.runs_dir / SCHEMA_DIR / name / "empty.parquet") for name in TABLES]
-        targets += [(name, self.rollups_dir / name / "empty.parquet") for name in ROLLUP_TABLES]
+        targets += [(name, self.rollups_dir / SCHEMA_DIR / name / "empty.parquet") for name in ROLLUP_TABLES]
         for name, target in targets:
             stamp = target.with_suffix(".sql")
             wanted = sql.table(name).empty()
@@ -164,23 +172,23 @@ class Warehouse:
 
     def view_sql(
         self, root_expr: str = "getvariable('wirespeed_root')", run_dirs_expr: str | None = None,
-        names: tuple[str, ...] = TABLES + ROLLUP_TABLES, temporary: bool = True,
+        names: tuple[str, ...] = TABLES + ROLLUP_TABLES, temporary: bool = True, rollup_dirs_expr: str | None = None,
     ) -> str:
-        """CREATE VIEW statements for tables `names`: `runs/*/<table>/*.parquet`, `rollups/<table>/*.parquet`.
+        """CREATE VIEW statements for tables `names`: `runs/*/<table>/*.parquet`, `rollups/*/<table>/*.parquet`.
 
         `root_expr` is the SQL expression for the warehouse root: a session variable in the
         sessions this module opens, a literal only in the persistent catalog (a stored view
         cannot refer to a parameter). `run_dirs_expr`, a list of run folders, replaces
-        `runs/*` in the per-run tables. Sessions' views are temporary (see sql.session); the
-        catalog's are not.
+        `runs/*` in the per-run tables, and `rollup_dirs_expr` `rollups/*` in the roll-ups.
+        Sessions' views are temporary (see sql.session); the catalog's are not.
         """
-        def per_run(name: str) -> str:
-            if run_dirs_expr is None:
-                return f"{root_expr} || '/runs/*/{name}/*.parquet'"
-            return f"list_transform({run_dirs_expr}, lambda d: d || '/{name}/*.parquet')"
+        def under(dirs_expr: str | None, glob: str, name: str) -> str:
+            if dirs_expr is None:
+                return f"{root_expr} || '/{glob}/{name}/*.parquet'"
+            return f"list_transform({dirs_expr}, lambda d: d || '/{name}/*.parquet')"
 
-        sources = [(name, per_run(name)) for name in TABLES if name in names]
-        sources += [(name, f"{root_expr} || '/rollups/{name}/*.parquet'") for name in ROLLUP_TABLES if name in names]
+        sources = [(name, under(run_dirs_expr, "runs/*", name)) for name in TABLES if name in names]
+        sources += [(name, under(rollup_dirs_expr, "rollups/*", name)) for name in ROLLUP_TABLES if name in names]
         return "\n".join(
             f'CREATE OR REPLACE {"TEMP " if temporary else ""}VIEW "{name}" AS SELECT * FROM read_parquet('
             f"{files}, union_by_name = true, hive_partitioning = false);"
@@ -225,7 +233,7 @@ class Warehouse:
         that needs few tables is quicker to open with only those. With `shared`, the views and
         their variables are for every connection to that shared session, and this is one of them.
         """
-        variables = {"wirespeed_root": str(self.root)}
+        variables = {"wirespeed_root": str(self.root), **self.rollup_variables()}
         if runs is not None:
             folders = [self.runs_dir / SCHEMA_DIR] + [self.runs_dir / run_dir_name(r) for r in sorted(runs) if self.published(r)]
             variables["run_dirs"] = [str(folder) for folder in folders]
@@ -237,8 +245,21 @@ class Warehouse:
             shared.set_variables(**variables)
             shared.sync(con)
         run_dirs = None if runs is None else "getvariable('run_dirs')"
-        con.execute(self.view_sql(run_dirs_expr=run_dirs, names=tables, temporary=shared is None)).fetchall()
+        views = self.view_sql(run_dirs_expr=run_dirs, names=tables, temporary=shared is None, rollup_dirs_expr="getvariable('rollup_dirs')")
+        con.execute(views).fetchall()
         return con
+
+    def published_rollups(self) -> Path | None:
+        """The published roll-ups' version folder."""
+        link = self.rollups_dir / "current"
+        return link.resolve() if link.exists() else None
+
+    def rollup_variables(self) -> dict:
+        """What a session's roll-up views read (`rollup_dirs`): the schema folder and the version
+        published now, by its own folder, so that the session keeps reading that version while an
+        update publishes another."""
+        published = self.published_rollups()
+        return {"rollup_dirs": [str(self.rollups_dir / SCHEMA_DIR)] + ([str(published)] if published else [])}
 
     # --- runs and versions ------------------------------------------------------------------
 
@@ -313,25 +334,40 @@ class Warehouse:
             if (replaced and age > GRACE_SECONDS) or age > ABANDONED_SECONDS:
                 shutil.rmtree(version, ignore_errors=True)
 
-    def replace_rollup(self, name: str, con: duckdb.DuckDBPyConnection, runs: Collection[str] | None = None) -> int:
-        """Write roll-up table `name`, built in this session, and swap its file in atomically.
+    def publish_rollups(
+        self, con: duckdb.DuckDBPyConnection, runs: Collection[str] | None = None, files: dict[str, str] | None = None,
+    ) -> dict[str, int]:
+        """Write every roll-up table built in session `con`, and `files` (name: text), into a new
+        version and publish it in one atomic rename; call it under `rollup_lock`.
 
-        With `runs`, the session's table holds only those runs' rows: they replace the stored
-        rows of those runs, and the stored rows of every other run are kept. Returns the rows
-        written.
+        With `runs`, the session's tables hold only those runs' rows: they replace the published
+        rows of those runs, and the published rows of every other run are kept. Returns the rows
+        written per table.
         """
-        target = self.rollups_dir / name / "part-0.parquet"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        merged = f'SELECT * FROM "{name}"'
-        if runs is not None:
-            sql.set_variables(con, stored_rollup=str(self.rollups_dir / name / "*.parquet"), replaced_runs=sorted(runs))
-            merged += (
-                " UNION ALL BY NAME SELECT * FROM read_parquet(getvariable('stored_rollup'), union_by_name = true)"
-                " WHERE NOT list_contains(getvariable('replaced_runs'), run_id)"
-            )
-        rows = sql.write_parquet(con, f"({merged})", temporary)
-        os.replace(temporary, target)
+        version = self.rollups_dir / ROLLUP_VERSIONS / uuid.uuid4().hex
+        stored = self.rollup_variables()["rollup_dirs"]
+        rows = {}
+        for name in ROLLUP_TABLES:
+            (version / name).mkdir(parents=True)
+            merged = f'SELECT * FROM "{name}"'
+            if runs is not None:
+                sql.set_variables(con, stored_rollup=[f"{folder}/{name}/*.parquet" for folder in stored], replaced_runs=sorted(runs))
+                merged += (
+                    " UNION ALL BY NAME SELECT * FROM read_parquet(getvariable('stored_rollup'), union_by_name = true)"
+                    " WHERE NOT list_contains(getvariable('replaced_runs'), run_id)"
+                )
+            rows[name] = sql.write_parquet(con, f"({merged})", version / name / "part-0.parquet")
+        for file_name, text in (files or {}).items():
+            (version / file_name).write_text(text)
+        replaced = self.published_rollups()
+        temporary = self.rollups_dir / f".link-{uuid.uuid4().hex}"
+        os.symlink(os.path.relpath(version, self.rollups_dir), temporary)
+        os.replace(temporary, self.rollups_dir / "current")
+        if replaced is not None:
+            os.utime(replaced)  # its grace period starts now
+        for old in (self.rollups_dir / ROLLUP_VERSIONS).iterdir():
+            if old != version and time.time() - old.stat().st_mtime > GRACE_SECONDS:
+                shutil.rmtree(old, ignore_errors=True)
         return rows
 
     @contextlib.contextmanager
@@ -444,7 +480,7 @@ def tables_differ(first: Warehouse, second: Warehouse, tables: list[str] | None 
                               f"ELSE round({quoted}, 11 - CAST(floor(log10(abs({quoted}))) AS INTEGER)) END")
                 columns.append(quoted)
             listed = ", ".join(columns)
-            folder = "rollups" if name in ROLLUP_TABLES else "runs/*"
+            folder = "rollups/*" if name in ROLLUP_TABLES else "runs/*"
             other = (f"read_parquet(getvariable('other_root') || '/{folder}/{name}/*.parquet', "
                      "union_by_name = true, hive_partitioning = false)")
             mine, theirs = f'SELECT {listed} FROM "{name}" {chosen}', f"SELECT {listed} FROM {other} {chosen}"

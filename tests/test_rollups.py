@@ -34,7 +34,7 @@ def _differences(store: Warehouse) -> dict[str, int]:
         rollups.recompute(con)
         differ = {}
         for name in ROLLUP_TABLES:
-            con.execute("SET VARIABLE stored = ?", [str(store.rollups_dir / name / "*.parquet")]).fetchall()
+            con.execute("SET VARIABLE stored = ?", [[f"{folder}/{name}/*.parquet" for folder in store.rollup_variables()["rollup_dirs"]]]).fetchall()
             stored = "SELECT * FROM read_parquet(getvariable('stored'), union_by_name = true)"
             fresh = f'SELECT * FROM "{name}"'
             query = f"SELECT count(*) FROM (({stored} EXCEPT ALL {fresh}) UNION ALL ({fresh} EXCEPT ALL {stored}))"
@@ -85,6 +85,34 @@ def test_a_report_written_while_the_rollups_update_reads_them_updated(tmp_path, 
     assert written == report_run(store, Settings(), "b", tmp_path / "again.html").read_text()
 
 
+def test_a_session_keeps_reading_the_rollups_it_opened_on_while_an_update_publishes_others(tmp_path):
+    """DuckDB opens a file more than once in a query, so a roll-up file replaced in place, even
+    atomically, could be read torn by a query in another process (a batch failed so, reading
+    `verdict` while another worker's batch updated the roll-ups). An update publishes a new version
+    instead and leaves every file of the one before as it was: a session opened before the update
+    keeps reading the version it opened on, and one opened after it reads the new one."""
+    store = Warehouse(tmp_path / "warehouse")
+    landing = tmp_path / "landing"
+    small, other = (SINGLE / n for n in ("df_index_resolver_rank1_of2.json.gz", "trace_diff_test_rank1_of2.json.gz"))
+    (first,) = ingest_paths([_run_folder(landing, "a", small, "j1")], store.root, progress=False)
+    assert first.success, first.error
+    before = store.connect(tables=ROLLUP_TABLES)
+    read = [path for folder in store.rollup_variables()["rollup_dirs"] for path in Path(folder).rglob("*.parquet")]
+    files = {path: (path.stat().st_ino, path.read_bytes()) for path in read}
+    assert any(path.name == "part-0.parquet" for path in files)
+
+    (second,) = ingest_paths([_run_folder(landing, "b", other, "j1")], store.root, progress=False)
+    assert second.success, second.error
+    after = store.connect(tables=ROLLUP_TABLES)
+    try:
+        assert {path: (path.stat().st_ino, path.read_bytes()) for path in files} == files
+        assert before.execute("SELECT list(run_id ORDER BY run_id) FROM scaling").fetchall() == [(["a"],)]
+        assert after.execute("SELECT list(run_id ORDER BY run_id) FROM scaling").fetchall() == [(["a", "b"],)]
+    finally:
+        before.close()
+        after.close()
+
+
 def test_a_report_reads_stored_rollups_and_verdicts_only_while_current(tmp_path, monkeypatch):
     """The stored roll-ups serve a report while their stamp matches the runs' published versions,
     the SQL and the settings; the same report recomputed live is the same page. The verdicts a
@@ -103,11 +131,11 @@ def test_a_report_reads_stored_rollups_and_verdicts_only_while_current(tmp_path,
     monkeypatch.setattr(rollups, "recompute", lambda *args, **kwargs: recomputed.append(1) or real(*args, **kwargs))
     stored_page = report_run(store, settings, "a", tmp_path / "stored.html").read_text()
     assert recomputed == []
-    (store.rollups_dir / rollups.STAMP).rename(tmp_path / "stamp.json")
+    (store.published_rollups() / rollups.STAMP).rename(tmp_path / "stamp.json")
     assert not rollups.current(store, settings, mates)
     live_page = report_run(store, settings, "a", tmp_path / "live.html").read_text()
     assert recomputed == [1] and live_page == stored_page
-    (tmp_path / "stamp.json").rename(store.rollups_dir / rollups.STAMP)
+    (tmp_path / "stamp.json").rename(store.published_rollups() / rollups.STAMP)
 
     stricter = Settings(verdict={**settings.verdict, "exposed_share_min": 0.5})
     assert not rollups.current(store, stricter, mates)  # the thresholds changed

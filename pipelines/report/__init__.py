@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 import uuid
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,15 +45,19 @@ class ReportQueries:
     queries ahead of the page asking for their rows, with more than one thread (with one, a
     query the page turns out not to need would only cost time); `rows` waits for them.
 
-    While `rollups_updated` is not done, the stored roll-ups are being updated for the run:
-    the queries that read them wait for it, and start last, so the others run meanwhile."""
+    While `rollups_updated` is not done, the stored roll-ups of `store` are being updated for the
+    run: the queries that read them start last, so the others run meanwhile, and wait for it."""
 
-    def __init__(self, shared: sql.SharedSession, threads: int, rollups_updated: Future | None = None):
+    def __init__(
+        self, shared: sql.SharedSession, threads: int, rollups_updated: Future | None = None, store: Warehouse | None = None,
+    ):
         self.shared = shared
         self._ahead = threads > 1
         self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="wirespeed-report")
         self._started: dict[str, Future] = {}
         self._rollups_updated = rollups_updated
+        self._store = store
+        self._waiting = threading.Lock()
 
     def set_variables(self, **values) -> None:
         """Variables for the queries started from now on."""
@@ -70,9 +75,19 @@ class ReportQueries:
         self._pool.shutdown(cancel_futures=True)
 
     def _run(self, name: str) -> list[dict]:
-        if self._rollups_updated is not None and reads_rollups(name):
-            self._rollups_updated.result()
+        if reads_rollups(name):
+            self._await_rollups()
         return sql.report_rows(self.shared.here(), name)
+
+    def _await_rollups(self) -> None:
+        """Wait for the roll-ups' update, then point the session's roll-up views at the version it
+        published (the session opened on the one before)."""
+        with self._waiting:
+            if self._rollups_updated is None:
+                return
+            self._rollups_updated.result()
+            self.shared.set_variables(**self._store.rollup_variables())
+            self._rollups_updated = None
 
 
 @cache
@@ -503,7 +518,7 @@ def report_run(
     live = not stored_rollups and not rollups.current(store, settings, mates)
     texts = [sql.query_text(f"report/{path.stem}") for path in sorted(REPORT_QUERIES.glob("*.sql"))]
     shared = sql.SharedSession(settings.duckdb_config())
-    queries = ReportQueries(shared, settings.threads, stored_rollups if isinstance(stored_rollups, Future) else None)
+    queries = ReportQueries(shared, settings.threads, stored_rollups if isinstance(stored_rollups, Future) else None, store)
     try:
         con = rollups.session(store, settings, mates if live else [run_id], texts, shared)
         if live:
