@@ -10,7 +10,7 @@ Layout under the warehouse root:
     rollups/_schema/<table>/empty.parquet        zero rows, so every roll-up view has a schema
     reports/<run>.html                           the run's report
     sources/<run>.json                           where the run's raw inputs are
-    catalog.duckdb                               views over runs/*/<table>/*.parquet
+    catalog.duckdb                               views over runs/*/ and rollups/*/<table>/*.parquet
 
 Why this shape: DuckDB's file lock admits one writing process or many readers, never both, so a
 warehouse kept in one DuckDB file would make an analyst's open session block scheduled ingestion.
