@@ -20,9 +20,9 @@ of a run or the new one, never a mix, and never a half-written run. The catalog 
 whose globs resolve at query time, so it is written once and never locked by ingestion.
 
 The roll-ups are published the same way, all four at once, as a new version: DuckDB opens a file
-more than once in a query, so a file replaced in place, even atomically, could be read torn (the
-old file's footer with the new file's bytes) by a query running meanwhile. The sessions this
-module opens read the version that was published when they opened, by its own folder.
+more than once in a query, so a file replaced in place, even atomically, could be read torn by a
+query running meanwhile in another process. The sessions this module opens read the version that
+was published when they opened, by its own folder.
 """
 
 from __future__ import annotations
