@@ -314,25 +314,8 @@ class Warehouse:
 
     def publish(self, run_id: str, version: Path) -> None:
         """Make `version` the run's published version in one atomic rename."""
-        (version / "_PUBLISHED").touch()
-        link = self.runs_dir / run_dir_name(run_id)
-        temporary = self.runs_dir / f".link-{uuid.uuid4().hex}"
-        os.symlink(os.path.relpath(version, self.runs_dir), temporary)
         with self._lock(f"publish-{run_dir_name(run_id)}"):
-            os.replace(temporary, link)
-        self._collect_garbage(run_id)
-
-    def _collect_garbage(self, run_id: str) -> None:
-        """Delete replaced versions after a grace period, and versions of ingests that died."""
-        current = self.published(run_id)
-        now = time.time()
-        for version in (self.versions_dir / run_dir_name(run_id)).iterdir():
-            if current is not None and version.resolve() == current:
-                continue
-            age = now - version.stat().st_mtime
-            replaced = (version / "_PUBLISHED").exists()
-            if (replaced and age > GRACE_SECONDS) or age > ABANDONED_SECONDS:
-                shutil.rmtree(version, ignore_errors=True)
+            _publish(self.runs_dir / run_dir_name(run_id), version)
 
     def publish_rollups(
         self, con: duckdb.DuckDBPyConnection, runs: Collection[str] | None = None, files: dict[str, str] | None = None,
@@ -359,15 +342,7 @@ class Warehouse:
             rows[name] = sql.write_parquet(con, f"({merged})", version / name / "part-0.parquet")
         for file_name, text in (files or {}).items():
             (version / file_name).write_text(text)
-        replaced = self.published_rollups()
-        temporary = self.rollups_dir / f".link-{uuid.uuid4().hex}"
-        os.symlink(os.path.relpath(version, self.rollups_dir), temporary)
-        os.replace(temporary, self.rollups_dir / "current")
-        if replaced is not None:
-            os.utime(replaced)  # its grace period starts now
-        for old in (self.rollups_dir / ROLLUP_VERSIONS).iterdir():
-            if old != version and time.time() - old.stat().st_mtime > GRACE_SECONDS:
-                shutil.rmtree(old, ignore_errors=True)
+        _publish(self.rollups_dir / "current", version)
         return rows
 
     @contextlib.contextmanager
@@ -407,6 +382,26 @@ class Warehouse:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _publish(link: Path, version: Path) -> None:
+    """Point `link` at `version` in one atomic rename, then delete the versions beside it that were
+    replaced over GRACE_SECONDS ago (the one replaced now starts its grace period: a query may have
+    resolved the link to it) or left unpublished for ABANDONED_SECONDS (an ingest that died)."""
+    (version / "_PUBLISHED").touch()
+    replaced = link.resolve() if link.exists() else None
+    temporary = link.with_name(f".link-{uuid.uuid4().hex}")
+    os.symlink(os.path.relpath(version, link.parent), temporary)
+    os.replace(temporary, link)
+    if replaced is not None and replaced != version:
+        os.utime(replaced)
+    now = time.time()
+    for other in version.parent.iterdir():
+        if other == version:
+            continue
+        age = now - other.stat().st_mtime
+        if ((other / "_PUBLISHED").exists() and age > GRACE_SECONDS) or age > ABANDONED_SECONDS:
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def _safe_key(key: str) -> str:

@@ -25,11 +25,13 @@ from conftest import REPO, SHARED, TRACES, ingest_directly, wirespeed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipelines import rollups
 from pipelines.bench import synth
 from pipelines.kineto import normalize
 from pipelines.kineto.splitter import NotATrace
 from pipelines.nccl.logfile import read_log
-from pipelines.warehouse import Warehouse
+from pipelines.settings import Settings
+from pipelines.warehouse import GRACE_SECONDS, Warehouse
 
 SAMPLED = TRACES / "hta_sampled_2rank"
 LOGS = SHARED / "nccl_logs"
@@ -406,6 +408,37 @@ def test_a_killed_ingest_leaves_the_previous_version(tmp_path, big_run):
     wirespeed("ingest", str(big_run), "--run-id", "the-run", "--warehouse", str(warehouse), "--quiet")
     after = _table_rows(warehouse, "the-run")
     assert len(after["ranks"]) == 4 and after != before
+
+
+def test_a_replaced_version_is_kept_for_the_grace_period_from_its_replacement(tmp_path):
+    """A query may have resolved a link to the version that is then replaced (a session reads the
+    roll-ups' version by its own folder), so a replaced version is deleted GRACE_SECONDS after it
+    was replaced, however long it had been published before; a run's versions and the roll-ups'
+    alike."""
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    long_ago = time.time() - 2 * GRACE_SECONDS
+
+    def published_long_ago(folder: Path) -> Path:
+        os.utime(folder, (long_ago, long_ago))
+        return folder
+
+    def publish_run(key: str) -> Path:
+        version = store.start_version("r", key, ())
+        store.publish("r", version)
+        return version
+
+    def publish_rollups(_key: str) -> Path:
+        rollups.publish(store, Settings())
+        return store.published_rollups()
+
+    for publish in (publish_run, publish_rollups):
+        first = published_long_ago(publish("first"))
+        second = publish("second")
+        assert first.exists()  # replaced just now
+        published_long_ago(first)
+        third = publish("third")
+        assert not first.exists() and second.exists() and third.exists(), publish.__name__
 
 
 def test_reingest_is_identical_and_two_ingests_at_once_are_safe(tmp_path):
