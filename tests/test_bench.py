@@ -9,7 +9,7 @@ import sys
 
 from conftest import REPO, ingest_directly
 
-from pipelines.bench import synth
+from pipelines.bench import synth, whole
 from pipelines.bench.__main__ import _kept_every_rank
 from pipelines.bench.measure import Measured, run_measured
 from pipelines.bench.scale import count_device_events, scaled_version
@@ -120,6 +120,9 @@ def test_small_benchmark_prints_every_line(tmp_path):
     # The whole-process table: the example trace and the generated set, as a user runs them.
     whole_rows = [line for line in table.splitlines() if "| wirespeed ingest | " in line]
     assert len(whole_rows) >= 2 and not any("failed" in line for line in whole_rows)
+    parser_rows = [line for line in table.splitlines() if f"| {whole.PARSER_ALONE} | " in line]
+    assert len(parser_rows) >= 2 and not any("failed" in line for line in parser_rows)
+    assert {row.split(" | ")[0] for row in parser_rows} < {row.split(" | ")[0] for row in whole_rows}
     assert re.search(r"3 small runs in one `wirespeed ingest`: [\d.]+ s, [\d.]+ s per run", table)
     for command in ("wirespeed report RUN", "wirespeed report RUN, in the 3-run warehouse", "wirespeed sql (one small query)",
                     "wirespeed --help"):

@@ -2,8 +2,9 @@
 
 Each round runs every method once on every input, in turn (A B A B ...), each as a fresh process:
 `wirespeed ingest PATH --warehouse FRESH --quiet` (start-up, parse, analysis, report and
-roll-ups), and HTA's `TraceAnalysis()` with its communication/computation overlap and temporal
-breakdown (`hta_whole.py`, imports included). Medians over rounds, and the median of each
+roll-ups), wirespeed's parser alone (`parser_alone.py`: the ceiling of the ratio to HTA for any
+ingest built on its JSON reader), and HTA's `TraceAnalysis()` with its communication/computation
+overlap and temporal breakdown (`hta_whole.py`, imports included). Medians over rounds, and the median of each
 round's ratio, go in the table. Also timed here: many small runs in one ingest, and the commands
 an analyst types after one (`report`, `sql`, `--help`).
 """
@@ -27,6 +28,9 @@ WIRESPEED = str(Path(sys.executable).with_name("wirespeed"))
 POLL_S = 0.01
 # A user's Python keeps the bytecode of what it imported; a shell that forbids writing it would
 # charge every round the compiling of the package's modules (installed libraries come compiled).
+HTA = "HTA whole analysis"
+# The ceiling of the ratio to HTA for any ingest on wirespeed's JSON reader (parser_alone.py).
+PARSER_ALONE = "its parser alone (cut and read, nothing kept)"
 USER_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
@@ -98,16 +102,18 @@ def hta_folder(path: Path, work: Path) -> Path:
 
 
 def compare(inputs: list[tuple[str, Path]], work: Path, hta_python: Path | None, rounds: int, timeout_s: float) -> list[Timed]:
-    """Every input through `wirespeed ingest` and, given its Python, HTA, alternating, `rounds` times."""
+    """Every input through `wirespeed ingest`, its parser alone and, given its Python, HTA, in turn, `rounds` times."""
     timed: list[Timed] = []
     plan = []
     for label, path in inputs:
         warehouse = work / "whole-warehouse"
         mine = Timed(label, "wirespeed ingest", path)
         plan.append((mine, [WIRESPEED, "ingest", str(path), "--warehouse", str(warehouse), "--quiet"], warehouse))
-        timed.append(mine)
+        parser = Timed(label, PARSER_ALONE, path)
+        plan.append((parser, [sys.executable, "-m", "pipelines.bench.parser_alone", str(path)], None))
+        timed += [mine, parser]
         if hta_python is not None:
-            theirs = Timed(label, "HTA whole analysis", path)
+            theirs = Timed(label, HTA, path)
             plan.append((theirs, [str(hta_python), str(HERE / "hta_whole.py"), str(hta_folder(path, work))], None))
             timed.append(theirs)
     _in_turn(plan, rounds, timeout_s)
@@ -184,8 +190,8 @@ def print_tables(timed: list[Timed], rounds: int, many: tuple[int, float | None,
             print(f"| {entry.label} | {entry.method} | failed: {entry.failure} | | |")
             continue
         ratio = ""
-        if entry.method == "wirespeed ingest":
-            hta = next((t for t in timed if t.label == entry.label and t.method != entry.method and t.median), None)
+        if entry.method != HTA:
+            hta = next((t for t in timed if t.label == entry.label and t.method == HTA and t.median), None)
             if hta:
                 ratio = f"{statistics.median(h / w for h, w in zip(hta.seconds, entry.seconds)):.2f}×"
         spread = f" ({min(entry.seconds):.2f}–{max(entry.seconds):.2f})" if len(entry.seconds) > 1 else ""
