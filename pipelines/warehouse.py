@@ -343,7 +343,16 @@ class Warehouse:
         for file_name, text in (files or {}).items():
             (version / file_name).write_text(text)
         _publish(self.rollups_dir / "current", version)
+        self._drop_unversioned_rollups()
         return rows
+
+    def _drop_unversioned_rollups(self) -> None:
+        """Delete the roll-ups a warehouse kept before they were versioned (`rollups/<table>/`,
+        `rollups/stamp.json`), once GRACE_SECONDS old: nothing reads them since, and an analyst
+        opening those files would find rows that no longer change."""
+        for path in [*(self.rollups_dir / name for name in ROLLUP_TABLES), self.rollups_dir / "stamp.json"]:
+            if path.exists() and time.time() - path.stat().st_mtime > GRACE_SECONDS:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
 
     @contextlib.contextmanager
     def rollup_lock(self) -> Iterator[None]:

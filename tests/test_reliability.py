@@ -441,6 +441,26 @@ def test_a_replaced_version_is_kept_for_the_grace_period_from_its_replacement(tm
         assert not first.exists() and second.exists() and third.exists(), publish.__name__
 
 
+def test_rollups_kept_before_they_were_versioned_are_deleted_after_the_grace_period(tmp_path):
+    """A warehouse from before the roll-ups' versions holds `rollups/<table>/part-0.parquet` and
+    `rollups/stamp.json`, which nothing reads any more: an update deletes them once they are
+    GRACE_SECONDS old, and leaves them while younger (an old process may still be reading them)."""
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    old_layout = [store.rollups_dir / "verdict" / "part-0.parquet", store.rollups_dir / "stamp.json"]
+    for path in old_layout:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("stale")
+    rollups.publish(store, Settings())
+    assert all(path.exists() for path in old_layout)
+    long_ago = time.time() - 2 * GRACE_SECONDS
+    for path in [*old_layout, old_layout[0].parent]:
+        os.utime(path, (long_ago, long_ago))
+    rollups.publish(store, Settings())
+    assert not any(path.exists() for path in old_layout) and not old_layout[0].parent.exists()
+    assert store.published_rollups().is_dir() and (store.rollups_dir / "_schema" / "verdict" / "empty.parquet").is_file()
+
+
 def test_reingest_is_identical_and_two_ingests_at_once_are_safe(tmp_path):
     warehouse = tmp_path / "warehouse"
     runs = {}
