@@ -21,8 +21,8 @@ whose globs resolve at query time, so it is written once and never locked by ing
 
 The roll-ups are published the same way, all four at once, as a new version: DuckDB opens a file
 more than once in a query, so a file replaced in place, even atomically, could be read torn by a
-query running meanwhile in another process. The sessions this module opens read the version that
-was published when they opened, by its own folder.
+query running meanwhile in another process. The sessions this module opens read the roll-ups'
+version and each run's version that were published when they opened, by their own folders.
 """
 
 from __future__ import annotations
@@ -179,13 +179,14 @@ class Warehouse:
         `root_expr` is the SQL expression for the warehouse root: a session variable in the
         sessions this module opens, a literal only in the persistent catalog (a stored view
         cannot refer to a parameter). `run_dirs_expr`, a list of run folders, replaces
-        `runs/*` in the per-run tables, and `rollup_dirs_expr` `rollups/*` in the roll-ups.
+        `runs/*` in the per-run tables, and `rollup_dirs_expr` `rollups/*` in the roll-ups; a
+        folder without the table's files adds no rows (a run from before the table existed).
         Sessions' views are temporary (see sql.session); the catalog's are not.
         """
         def under(dirs_expr: str | None, glob: str, name: str) -> str:
             if dirs_expr is None:
                 return f"{root_expr} || '/{glob}/{name}/*.parquet'"
-            return f"list_transform({dirs_expr}, lambda d: d || '/{name}/*.parquet')"
+            return f"list_transform({dirs_expr}, lambda d: d || '/{name}/*.parquet'), allow_empty = true"
 
         sources = [(name, under(run_dirs_expr, "runs/*", name)) for name in TABLES if name in names]
         sources += [(name, under(rollup_dirs_expr, "rollups/*", name)) for name in ROLLUP_TABLES if name in names]
@@ -229,14 +230,12 @@ class Warehouse:
 
         `config` is DuckDB's (an ingest's `Settings.duckdb_config()`; else DuckDB's defaults). With
         `runs`, the per-run tables cover those published runs only: a session whose cost does not
-        grow with the warehouse. Each view reads its files' schemas when it is made, so a session
-        that needs few tables is quicker to open with only those. With `shared`, the views and
-        their variables are for every connection to that shared session, and this is one of them.
+        grow with the warehouse. The session reads the versions published when it opened (see
+        `run_variables`). Each view reads its files' schemas when it is made, so a session that
+        needs few tables is quicker to open with only those. With `shared`, the views and their
+        variables are for every connection to that shared session, and this is one of them.
         """
-        variables = {"wirespeed_root": str(self.root), **self.rollup_variables()}
-        if runs is not None:
-            folders = [self.runs_dir / SCHEMA_DIR] + [self.runs_dir / run_dir_name(r) for r in sorted(runs) if self.published(r)]
-            variables["run_dirs"] = [str(folder) for folder in folders]
+        variables = {"wirespeed_root": str(self.root), **self.run_variables(runs), **self.rollup_variables()}
         if shared is None:
             con = sql.session(config)
             sql.set_variables(con, **variables)
@@ -244,10 +243,20 @@ class Warehouse:
             con = shared.connect()
             shared.set_variables(**variables)
             shared.sync(con)
-        run_dirs = None if runs is None else "getvariable('run_dirs')"
-        views = self.view_sql(run_dirs_expr=run_dirs, names=tables, temporary=shared is None, rollup_dirs_expr="getvariable('rollup_dirs')")
+        views = self.view_sql(run_dirs_expr="getvariable('run_dirs')", names=tables, temporary=shared is None,
+                              rollup_dirs_expr="getvariable('rollup_dirs')")
         con.execute(views).fetchall()
         return con
+
+    def run_variables(self, runs: Collection[str] | None = None) -> dict:
+        """What a session's per-run views read (`run_dirs`): the schema folder and the version of
+        each published run (of `runs`, else of all) published now, by its own folder. So the
+        session keeps reading those versions while a run is ingested again: its queries agree with
+        each other, and a file is never replaced under a query that opens it twice."""
+        published = self.published_versions()
+        chosen = sorted(published) if runs is None else sorted(set(runs) & published.keys())
+        folders = [self.runs_dir / SCHEMA_DIR] + [self.versions_dir / run_dir_name(r) / published[r] for r in chosen]
+        return {"run_dirs": [str(folder) for folder in folders]}
 
     def published_rollups(self) -> Path | None:
         """The published roll-ups' version folder."""

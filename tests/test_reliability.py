@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -439,6 +440,46 @@ def test_a_replaced_version_is_kept_for_the_grace_period_from_its_replacement(tm
         published_long_ago(first)
         third = publish("third")
         assert not first.exists() and second.exists() and third.exists(), publish.__name__
+
+
+def test_a_session_keeps_reading_the_run_versions_it_opened_on_while_a_run_is_ingested_again(tmp_path):
+    """A report's queries, a roll-up update's, an analyst's `wirespeed sql` run in a session opened
+    before a run may be ingested again. The session reads each run's version published when it
+    opened, by its own folder, not through the run's link: its queries agree with each other, and
+    no file it reads is replaced under a query (DuckDB opens a file more than once in a query)."""
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, SAMPLED / "sampled_rank-0.json.gz", run_id="r", key="first")
+    before = store.connect(tables=("trace_events",))
+    read = [path for folder in store.run_variables()["run_dirs"] for path in Path(folder).rglob("*.parquet")]
+    files = {path: (path.stat().st_ino, path.read_bytes()) for path in read}
+    (first_count,) = before.execute("SELECT count(*) FROM trace_events").fetchone()
+
+    ingest_directly(store, SAMPLED / "sampled_rank-1.json.gz", run_id="r", key="second")
+    after = store.connect(tables=("trace_events",))
+    try:
+        assert {path: (path.stat().st_ino, path.read_bytes()) for path in files} == files
+        assert before.execute("SELECT count(*), min(rank) FROM trace_events").fetchone() == (first_count, 0)
+        (second_count, rank) = after.execute("SELECT count(*), min(rank) FROM trace_events").fetchone()
+        assert rank == 1 and second_count != first_count
+    finally:
+        before.close()
+        after.close()
+
+
+def test_a_run_from_before_a_table_existed_reads_as_none_of_its_rows(tmp_path):
+    """A run ingested by an older wirespeed has no folder for a table added since; sessions over
+    every run, or over that run alone (`wirespeed sql --run`), read no rows of it there."""
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, SAMPLED / "sampled_rank-0.json.gz", run_id="old")
+    shutil.rmtree(store.published("old") / "steps")
+    for runs in (None, ["old"]):
+        con = store.connect(runs=runs, tables=("steps", "runs"))
+        try:
+            assert con.execute("SELECT (SELECT count(*) FROM steps), (SELECT count(*) FROM runs)").fetchone() == (0, 1)
+        finally:
+            con.close()
 
 
 def test_rollups_kept_before_they_were_versioned_are_deleted_after_the_grace_period(tmp_path):
