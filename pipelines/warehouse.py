@@ -360,8 +360,12 @@ class Warehouse:
         `rollups/stamp.json`), once GRACE_SECONDS old: nothing reads them since, and an analyst
         opening those files would find rows that no longer change."""
         for path in [*(self.rollups_dir / name for name in ROLLUP_TABLES), self.rollups_dir / "stamp.json"]:
-            if path.exists() and time.time() - path.stat().st_mtime > GRACE_SECONDS:
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            if not path.exists() or time.time() - path.stat().st_mtime <= GRACE_SECONDS:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
 
     @contextlib.contextmanager
     def rollup_lock(self) -> Iterator[None]:

@@ -4,9 +4,9 @@ Each round runs every method once on every input, in turn (A B A B ...), each as
 `wirespeed ingest PATH --warehouse FRESH --quiet` (start-up, parse, analysis, report and
 roll-ups), wirespeed's parser alone (`parser_alone.py`: the ceiling of the ratio to HTA for any
 ingest built on its JSON reader), and HTA's `TraceAnalysis()` with its communication/computation
-overlap and temporal breakdown (`hta_whole.py`, imports included). Medians over rounds, and the median of each
-round's ratio, go in the table. Also timed here: many small runs in one ingest, and the commands
-an analyst types after one (`report`, `sql`, `--help`).
+overlap and temporal breakdown (`hta_whole.py`, imports included). Medians over rounds, and the
+median of each round's ratio to HTA, go in the table. Also timed here: many small runs in one
+ingest, and the commands an analyst types after one (`report`, `sql`, `--help`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from pipelines.bench.measure import tree_rss_bytes
 HERE = Path(__file__).resolve().parent
 WIRESPEED = str(Path(sys.executable).with_name("wirespeed"))
 POLL_S = 0.01
-# A user's Python keeps the bytecode of what it imported; a shell that forbids writing it would
-# charge every round the compiling of the package's modules (installed libraries come compiled).
 HTA = "HTA whole analysis"
 # The ceiling of the ratio to HTA for any ingest on wirespeed's JSON reader (parser_alone.py).
 PARSER_ALONE = "its parser alone (cut and read, nothing kept)"
+# A user's Python keeps the bytecode of what it imported; a shell that forbids writing it would
+# charge every round the compiling of the package's modules (installed libraries come compiled).
 USER_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
