@@ -177,29 +177,28 @@ class Directly:
         """Update the roll-ups for the runs ingested and write their reports: the pool's once the
         update is done, while those written in this process run (a report written here while the
         update runs starts its queries at once, those that read roll-ups after the update)."""
-        updating = ThreadPoolExecutor(1, thread_name_prefix="wirespeed-rollups")
         try:
             for name, future in self.pending.items():
                 outcomes[name] = _outcome_of(future)
             ingested = [name for name, outcome in outcomes.items() if outcome.error is None]
             if not ingested:
                 return
-            updated = updating.submit(rollups.update, self.store, self.settings, ingested)
-            pooled = [name for name in ingested if name in self.small]
-            if pooled:
-                updated.result()
-            reports = {name: _submit(self.pool, _report, name, outcomes[name].verdicts) for name in pooled}
-            reports.update({
-                name: _done(_report, name, outcomes[name].verdicts, self.store, self.settings, updated)
-                for name in ingested if name not in self.small
-            })
-            updated.result()  # a failed update fails the ingest, as it did before any report
+            with ThreadPoolExecutor(1, thread_name_prefix="wirespeed-rollups") as updating:
+                updated = updating.submit(rollups.update, self.store, self.settings, ingested)
+                pooled = [name for name in ingested if name in self.small]
+                if pooled:
+                    updated.result()
+                reports = {name: _submit(self.pool, _report, name, outcomes[name].verdicts) for name in pooled}
+                reports.update({
+                    name: _done(_report, name, outcomes[name].verdicts, self.store, self.settings, updated)
+                    for name in ingested if name not in self.small
+                })
+                updated.result()  # a failed update fails the ingest, as it did before any report
             for name, future in reports.items():
                 failure = _outcome_of(future)  # a report returns nothing
                 if failure is not None:
                     outcomes[name] = failure
         finally:
-            updating.shutdown()
             if self.pool is not None:
                 self.pool.shutdown()
 

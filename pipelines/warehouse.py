@@ -252,11 +252,13 @@ class Warehouse:
         """What a session's per-run views read (`run_dirs`): the schema folder and the version of
         each published run (of `runs`, else of all) published now, by its own folder. So the
         session keeps reading those versions while a run is ingested again: its queries agree with
-        each other, and a file is never replaced under a query that opens it twice."""
-        published = self.published_versions()
-        chosen = sorted(published) if runs is None else sorted(set(runs) & published.keys())
-        folders = [self.runs_dir / SCHEMA_DIR] + [self.versions_dir / run_dir_name(r) / published[r] for r in chosen]
-        return {"run_dirs": [str(folder) for folder in folders]}
+        each other, and a file is never replaced under a query that opens it twice. With `runs`,
+        only their links are read, so the cost does not grow with the warehouse."""
+        if runs is None:
+            folders = [self.versions_dir / run_dir_name(r) / v for r, v in sorted(self.published_versions().items())]
+        else:
+            folders = [folder for folder in map(self.published, sorted(set(runs))) if folder is not None]
+        return {"run_dirs": [str(folder) for folder in [self.runs_dir / SCHEMA_DIR, *folders]]}
 
     def published_rollups(self) -> Path | None:
         """The published roll-ups' version folder."""
