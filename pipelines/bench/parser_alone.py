@@ -23,7 +23,7 @@ from pipelines.sources import discover
 # Every column, so that DuckDB must build each one; the hash keeps nothing.
 READ_EVERY_COLUMN = """
 SELECT count(*), max(hash(ph, cat, name, pid, tid, ts, dur, args))
-FROM read_json($chunks, format := 'array', columns := $columns)
+FROM read_json($chunks, format := $format, columns := $columns)
 """
 
 
@@ -33,7 +33,8 @@ def read_file(path: Path, work: Path, settings: Settings) -> int:
     con = sql.session(settings.duckdb_config())
     try:
         chunks = [str(chunk) for chunk in trace.chunk_paths]
-        return con.execute(READ_EVERY_COLUMN, {"chunks": chunks, "columns": event_json_columns(FAST_TIME_TYPE)}).fetchall()[0][0]
+        values = {"chunks": chunks, "format": trace.json_format, "columns": event_json_columns(FAST_TIME_TYPE)}
+        return con.execute(READ_EVERY_COLUMN, values).fetchall()[0][0]
     finally:
         con.close()
         normalize.cleanup(work)
