@@ -6,6 +6,8 @@ Each job is sized so that its communication is a large share of a step on a slow
 much faster the step gets on a faster link.
 
     ddp   DistributedDataParallel MLP, 1 MB gradient buckets all-reduced during backward
+    ddp-buckets  DistributedDataParallel, two gradient buckets of different sizes (2.1 and 4.2 MB)
+          that gloo's worker threads all-reduce at the same time
     fsdp  FSDP2 (`fully_shard` per layer and on the root): all-gathers and reduce-scatters
     tp    Megatron tensor parallel MLP: column- then row-parallel linears, all-reduce of the
           activations in forward and of the input's gradient in backward
@@ -13,6 +15,14 @@ much faster the step gets on a faster link.
           blocking send/recv of activations and gradients between the stages
     ep    a top-1 mixture-of-experts layer, one expert per rank: all-to-all dispatch and combine
           (both directions of autograd), all-reduce of the router's gradients
+    dp-tp    a 2-D mesh (`init_device_mesh`, dims dp and tp): tensor parallel over the ranks of a
+          host, DistributedDataParallel over the hosts
+    fsdp-tp  a 2-D mesh (dims fsdp and tp): tensor parallel over the ranks of a host, FSDP2 over
+          the hosts
+
+With several ranks per host, the pipeline job puts its two stages on the first and second halves of
+the ranks (with two hosts: one stage per host) and all-reduces each stage's gradients over the
+ranks of that stage (a `dp` group), as pipeline x data parallel does.
 
     python -m collectors.jobs --job tp --nnodes 2 --node-rank 0 --nproc-per-node 1 \\
         --master-addr 198.18.0.1 --master-port 29500 --steps 8
@@ -36,6 +46,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -45,6 +56,15 @@ import torch.multiprocessing as mp
 from collectors.capture import Capture
 
 Step = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a rank sits: its global rank, the world's size and how many ranks each host runs."""
+
+    rank: int
+    world: int
+    per_host: int
 
 
 def mlp(width: int, depth: int) -> torch.nn.Sequential:
@@ -67,7 +87,7 @@ def sgd_step(module: torch.nn.Module, loss_of: Callable[[], torch.Tensor]) -> St
 
 # --- data parallel -----------------------------------------------------------------------------
 
-def ddp_job(rank: int, world: int) -> Step:
+def ddp_job(layout: Layout) -> Step:
     """8.4 MB of gradients in 1 MB buckets: the first buckets overlap backward, the last do not."""
     from torch.nn.parallel import DistributedDataParallel  # here, not at the top: only this job pays for it
 
@@ -76,14 +96,26 @@ def ddp_job(rank: int, world: int) -> Step:
     return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets))
 
 
-def fsdp_job(rank: int, world: int) -> Step:
+def ddp_buckets_job(layout: Layout) -> Step:
+    """Two linears of 4.2 and 2.1 MB with `bucket_cap_mb=2`: two buckets of different sizes, the
+    second ready before the first has crossed the link, so gloo's two worker threads all-reduce them
+    at once and they share the link."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    layers = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512))
+    network = DistributedDataParallel(layers, bucket_cap_mb=2)
+    inputs, targets = torch.randn(256, 1024), torch.randn(256, 512)
+    return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets))
+
+
+def fsdp_job(layout: Layout) -> Step:
     """Parameters sharded per layer: all-gathered in forward and again in backward, grads
     reduce-scattered. On CPUs FSDP2 waits for each all-gather where it issues it (there are no
     streams to prefetch on), so all of its communication is exposed."""
     from torch.distributed.device_mesh import init_device_mesh  # FSDP's imports take about 2 s: its job alone pays
     from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
+    mesh = init_device_mesh("cpu", (layout.world,), mesh_dim_names=("fsdp",))
     network = mlp(1024, 2)
     for layer in network:
         if isinstance(layer, torch.nn.Linear):
@@ -101,51 +133,96 @@ class ColumnParallelLinear(torch.autograd.Function):
     LinearWithGradAccumulationAndAsyncCommunication)."""
 
     @staticmethod
-    def forward(ctx, tensor, weight, bias):
+    def forward(ctx, tensor, weight, bias, group):
         ctx.save_for_backward(tensor, weight)
+        ctx.group = group
         return torch.nn.functional.linear(tensor, weight, bias)
 
     @staticmethod
     def backward(ctx, gradient):
         tensor, weight = ctx.saved_tensors
         input_gradient = gradient @ weight
-        summed = dist.all_reduce(input_gradient, async_op=True)
+        summed = dist.all_reduce(input_gradient, group=ctx.group, async_op=True)
         weight_gradient = gradient.t() @ tensor
         bias_gradient = gradient.sum(0)
         summed.wait()
-        return input_gradient, weight_gradient, bias_gradient
+        return input_gradient, weight_gradient, bias_gradient, None
 
 
 class ReduceFromTensorParallel(torch.autograd.Function):
     """Megatron's g: sum the row-parallel partial outputs; the gradient is already replicated."""
 
     @staticmethod
-    def forward(ctx, tensor):
+    def forward(ctx, tensor, group):
         tensor = tensor.clone()
-        dist.all_reduce(tensor)
+        dist.all_reduce(tensor, group=group)
         return tensor
 
     @staticmethod
     def backward(ctx, gradient):
-        return gradient
+        return gradient, None
 
 
 class TensorParallelMLP(torch.nn.Module):
-    def __init__(self, width: int, hidden: int, world: int):
+    """A Megatron MLP block sharded over `group` (None: every rank) of `size` ranks."""
+
+    def __init__(self, width: int, hidden: int, size: int, group=None):
         super().__init__()
-        self.column = torch.nn.Linear(width, hidden // world)  # output features sharded
-        self.row = torch.nn.Linear(hidden // world, width, bias=False)  # input features sharded
+        self.group = group
+        self.column = torch.nn.Linear(width, hidden // size)  # output features sharded
+        self.row = torch.nn.Linear(hidden // size, width, bias=False)  # input features sharded
 
     def forward(self, tensor):
-        hidden = ColumnParallelLinear.apply(tensor, self.column.weight, self.column.bias)
-        return ReduceFromTensorParallel.apply(self.row(torch.nn.functional.gelu(hidden)))
+        hidden = ColumnParallelLinear.apply(tensor, self.column.weight, self.column.bias, self.group)
+        return ReduceFromTensorParallel.apply(self.row(torch.nn.functional.gelu(hidden)), self.group)
 
 
-def tp_job(rank: int, world: int) -> Step:
-    """Two blocks on 1024 tokens of width 512: four 2 MB all-reduces per step, those of backward
-    overlapped with the weight gradients' compute."""
+def tensor_parallel_blocks(size: int, group=None) -> torch.nn.Sequential:
+    """Two blocks on 1024 tokens of width 512: four 2 MB all-reduces per step over `group`, those
+    of backward overlapped with the weight gradients' compute."""
+    return torch.nn.Sequential(TensorParallelMLP(512, 1024, size, group), TensorParallelMLP(512, 1024, size, group))
+
+
+def tp_job(layout: Layout) -> Step:
     torch.manual_seed(0)  # the replicated input must be the same on every rank
-    network = torch.nn.Sequential(TensorParallelMLP(512, 1024, world), TensorParallelMLP(512, 1024, world))
+    network = tensor_parallel_blocks(layout.world)
+    inputs, targets = torch.randn(1024, 512), torch.randn(1024, 512)
+    return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets))
+
+
+# --- two-dimensional meshes: tensor parallel inside each host, data parallel across hosts -------
+
+def host_mesh(layout: Layout, outer: str):
+    """A (hosts, ranks per host) DeviceMesh with dims (`outer`, "tp"): each tp group is one host's ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (layout.world // layout.per_host, layout.per_host), mesh_dim_names=(outer, "tp"))
+
+
+def dp_tp_job(layout: Layout) -> Step:
+    """Megatron blocks over each host's ranks, DistributedDataParallel (4.2 MB of gradient shards
+    in 1 MB buckets) over the ranks that hold the same shard on other hosts."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    mesh = host_mesh(layout, "dp")
+    torch.manual_seed(mesh.get_local_rank("dp"))  # a tp group's replicated input is the same on its ranks
+    blocks = tensor_parallel_blocks(layout.per_host, mesh.get_group("tp"))
+    network = DistributedDataParallel(blocks, process_group=mesh.get_group("dp"), bucket_cap_mb=1)
+    inputs, targets = torch.randn(1024, 512), torch.randn(1024, 512)
+    return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets))
+
+
+def fsdp_tp_job(layout: Layout) -> Step:
+    """Megatron blocks over each host's ranks, each block's shards sharded again by FSDP2 over the
+    hosts: all-gathers and reduce-scatters cross the network, the blocks' all-reduces do not."""
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = host_mesh(layout, "fsdp")
+    torch.manual_seed(mesh.get_local_rank("fsdp"))
+    network = tensor_parallel_blocks(layout.per_host, mesh.get_group("tp"))
+    for block in network:
+        fully_shard(block, mesh=mesh["fsdp"])
+    fully_shard(network, mesh=mesh["fsdp"])
     inputs, targets = torch.randn(1024, 512), torch.randn(1024, 512)
     return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets))
 
@@ -155,18 +232,19 @@ def tp_job(rank: int, world: int) -> Step:
 PP_MICRO_BATCHES = 4
 
 
-def pp_job(rank: int, world: int) -> Step:
+def pp_job(layout: Layout) -> Step:
     """Ranks [0, world/2) are stage 0, the rest stage 1, paired rank r with r + world/2.
 
     Four micro-batches of 1024 tokens at width 256: 1 MB per send, 8 MB per step, and while one
     stage computes the other waits, as GPipe's bubble does.
     """
+    rank, world = layout.rank, layout.world
     if world % 2:
         raise ValueError("the pipeline job needs an even number of ranks")
     half = world // 2
     stage, peer = (0, rank + half) if rank < half else (1, rank - half)
     # Beyond one pair, the replicas of a stage average their gradients over a named group.
-    stage_groups = [dist.new_group(list(range(s * half, (s + 1) * half)), group_desc=f"pp_stage{s}_dp") for s in (0, 1)] if half > 1 else None
+    stage_groups = [dist.new_group(list(range(s * half, (s + 1) * half)), group_desc=f"dp_stage{s}") for s in (0, 1)] if half > 1 else None
     network = mlp(256, 2)
     optimiser = torch.optim.SGD(network.parameters(), lr=0.01)
     inputs = [torch.randn(1024, 256) for _ in range(PP_MICRO_BATCHES)]
@@ -245,9 +323,9 @@ class MixtureOfExperts(torch.nn.Module):
         return tokens + combined
 
 
-def ep_job(rank: int, world: int) -> Step:
+def ep_job(layout: Layout) -> Step:
     """1024 tokens of width 1024 per rank: 4 MB per all-to-all, four per step (half leaves the host)."""
-    layer = MixtureOfExperts(1024, 256, world)
+    layer = MixtureOfExperts(1024, 256, layout.world)
     optimiser = torch.optim.SGD(layer.parameters(), lr=0.01)
     inputs, targets = torch.randn(1024, 1024), torch.randn(1024, 1024)
 
@@ -261,7 +339,10 @@ def ep_job(rank: int, world: int) -> Step:
     return step
 
 
-JOBS: dict[str, Callable[[int, int], Step]] = {"ddp": ddp_job, "fsdp": fsdp_job, "tp": tp_job, "pp": pp_job, "ep": ep_job}
+JOBS: dict[str, Callable[[Layout], Step]] = {
+    "ddp": ddp_job, "ddp-buckets": ddp_buckets_job, "fsdp": fsdp_job, "tp": tp_job, "pp": pp_job, "ep": ep_job,
+    "dp-tp": dp_tp_job, "fsdp-tp": fsdp_tp_job,
+}
 
 
 def train(local_rank: int, args: argparse.Namespace) -> None:
@@ -274,7 +355,7 @@ def train(local_rank: int, args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(rank)
-    step = JOBS[args.job](rank, world)
+    step = JOBS[args.job](Layout(rank, world, args.nproc_per_node))
     step_ns = []
     with Capture(wait=1, warmup=1, active=args.steps - 2, tags={"job": args.job}) as capture:
         for _ in range(args.steps):

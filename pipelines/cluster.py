@@ -250,10 +250,11 @@ class ClusterJobRun:
 
 
 def run_job(job: str, link_mbit: float, landing: Path, steps: int = 8, run_id: str | None = None,
-            timeout_s: float = 180, hosts: int = 2, job_args: tuple[str, ...] = ()) -> ClusterJobRun:
-    """Run one `collectors.jobs` job on a fresh cluster of `hosts` hosts, one rank per host, each
-    host under `wirespeed collect --nnodes <hosts> --link-gbps <rate>`, into `landing`; `job_args`
-    go to the job (`--straggler-ms 100`)."""
+            timeout_s: float = 180, hosts: int = 2, job_args: tuple[str, ...] = (), ranks_per_host: int = 1) -> ClusterJobRun:
+    """Run one `collectors.jobs` job on a fresh cluster of `hosts` hosts, `ranks_per_host` ranks on
+    each, each host under `wirespeed collect --nnodes <hosts> --link-gbps <rate>`, into `landing`;
+    `job_args` go to the job (`--straggler-ms 100`). Ranks of one host talk over its loopback,
+    which no `tc` shapes."""
     run_id = run_id or f"{job}-{link_mbit:g}mbit-{uuid.uuid4().hex[:6]}"
     landing = Path(landing).absolute()
     with Cluster(hosts=hosts, link_mbit=link_mbit) as cluster:
@@ -266,7 +267,7 @@ def run_job(job: str, link_mbit: float, landing: Path, steps: int = 8, run_id: s
                 sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", run_id,
                 "--nnodes", str(hosts), "--link-gbps", f"{link_mbit / 1000:g}", "--job", job, "--",
                 sys.executable, "-m", "collectors.jobs", "--job", job, "--nnodes", str(hosts), "--node-rank", str(host.index),
-                "--nproc-per-node", "1", "--master-addr", master, "--master-port", str(JOB_PORT), "--steps", str(steps),
+                "--nproc-per-node", str(ranks_per_host), "--master-addr", master, "--master-port", str(JOB_PORT), "--steps", str(steps),
                 *job_args,
             ]
             children.append(cluster.popen(host.index, argv, cwd=REPO, env=environment, text=True,
@@ -340,12 +341,12 @@ class LinkCost:
 
 
 def measure_link_cost(job: str, landing: Path, slow_mbit: float = 200, fast_mbit: float = 1000, repeats: int = 2,
-                      steps: int = 8, extra_pairs: int = 3) -> LinkCost:
+                      steps: int = 8, extra_pairs: int = 3, ranks_per_host: int = 1) -> LinkCost:
     """Run `job` at the slow and the fast rate in turn, `repeats` times each, so that each rate
     gets runs in the machine's quiet spells and its busy ones alike; then, up to `extra_pairs` more
     times, while a rate's least disturbed run was not quiet (`LinkCost.quiet`)."""
     pairs: list[RatePair] = []
     while len(pairs) < repeats or (len(pairs) < repeats + extra_pairs and not LinkCost(slow_mbit, fast_mbit, tuple(pairs)).quiet):
-        slow = run_job(job, slow_mbit, landing, steps=steps)
-        pairs.append(RatePair(slow, run_job(job, fast_mbit, landing, steps=steps)))
+        slow = run_job(job, slow_mbit, landing, steps=steps, ranks_per_host=ranks_per_host)
+        pairs.append(RatePair(slow, run_job(job, fast_mbit, landing, steps=steps, ranks_per_host=ranks_per_host)))
     return LinkCost(slow_mbit, fast_mbit, tuple(pairs))
