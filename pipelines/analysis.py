@@ -19,7 +19,7 @@ from typing import Any
 
 import duckdb
 
-from pipelines import replay, sql, whatif
+from pipelines import gloo_groups, replay, sql, whatif
 from pipelines.cache import kept
 from pipelines.settings import Settings
 from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, create_version_view, version_variables
@@ -58,14 +58,6 @@ BUILD_ORDER = (
     "nccl_crosscheck",
     "fr_mismatches",
 )
-# Built in Python, not SQL, just before the what-if costs: the run's what-if grid (its N and its
-# line rate) and the replay over it, as the tables the what-if SQL reads. It reads what its own
-# queries read.
-WHATIF_STEP = "_whatif_grid_and_replay"
-WHATIF_START = "_whatif_costs"
-WHATIF_STEP_TABLES = whatif.INPUT_TABLES + replay.TABLES
-
-
 @dataclass
 class AnalysisSummary:
     run_id: str
@@ -101,10 +93,38 @@ def _register_whatif(con: duckdb.DuckDBPyConnection, settings: Settings) -> dict
     return {"fusion": "observed", "run_link_gbps": link}
 
 
+def _register_gloo_groups(con: duckdb.DuckDBPyConnection, settings: Settings) -> dict[str, Any]:
+    gloo_groups.register(con)
+    return {}
+
+
+@dataclass(frozen=True)
+class PythonStep:
+    """A step built in Python, not SQL: it runs `build` just before the table `before`, reads what
+    its `queries` read, and creates `tables`; `build` returns session variables to set."""
+
+    before: str
+    queries: tuple[str, ...]
+    tables: tuple[str, ...]
+    build: Callable[[duckdb.DuckDBPyConnection, Settings], dict[str, Any]]
+
+
+PYTHON_STEPS = {
+    # Which group each gloo collective ran in (pipelines/gloo_groups.py), for `collectives`.
+    gloo_groups.STEP: PythonStep("collectives", gloo_groups.QUERIES, (gloo_groups.TABLE,), _register_gloo_groups),
+    # The run's what-if grid (its N and its line rate) and the replay over it, as the tables the
+    # what-if SQL reads.
+    "_whatif_grid_and_replay": PythonStep(
+        "_whatif_costs", (*replay.QUERIES, WHATIF_INPUTS_QUERY), whatif.INPUT_TABLES + replay.TABLES, _register_whatif),
+}
+
+
 def steps() -> tuple[str, ...]:
-    """Every table of BUILD_ORDER, and the what-if step just before the what-if costs."""
-    at = BUILD_ORDER.index(WHATIF_START)
-    return BUILD_ORDER[:at] + (WHATIF_STEP,) + BUILD_ORDER[at:]
+    """Every table of BUILD_ORDER, and each Python step just before the table it precedes."""
+    order: list[str] = []
+    for name in BUILD_ORDER:
+        order += [step for step, python in PYTHON_STEPS.items() if python.before == name] + [name]
+    return tuple(order)
 
 
 def _reads(order: tuple[str, ...] | None = None) -> dict[str, set[str]]:
@@ -116,9 +136,10 @@ def _reads(order: tuple[str, ...] | None = None) -> dict[str, set[str]]:
     kept, under a digest of every query it read.
     """
     order = order or steps()
-    queries = {name: sql.table(name).query for name in order if name != WHATIF_STEP}
+    queries = {name: sql.table(name).query for name in order if name not in PYTHON_STEPS}
+    python = {name: [step.queries, step.tables] for name, step in PYTHON_STEPS.items()}
     digest = hashlib.sha256(
-        json.dumps([duckdb.__version__, PARSE_TABLES, order, queries, WHATIF_STEP_TABLES, replay.QUERIES, WHATIF_INPUTS_QUERY]).encode()
+        json.dumps([duckdb.__version__, PARSE_TABLES, order, queries, python]).encode()
     ).hexdigest()[:20]
     reads = json.loads(kept(f"reads-{digest}.json", lambda: json.dumps(_parsed_reads(order, queries))))
     return {name: set(tables) for name, tables in reads.items()}
@@ -129,12 +150,11 @@ def _parsed_reads(order: tuple[str, ...], queries: dict[str, str]) -> dict[str, 
     reads = {}
     try:
         for position, name in enumerate(order):
-            if name == WHATIF_STEP:
-                named = set().union(*(sql.relations(con, query) for query in (*replay.QUERIES, WHATIF_INPUTS_QUERY)))
+            if name in PYTHON_STEPS:
+                named = set().union(*(sql.relations(con, query) for query in PYTHON_STEPS[name].queries))
             else:
                 named = sql.relations(con, queries[name])
-                if named & set(WHATIF_STEP_TABLES):
-                    named.add(WHATIF_STEP)
+            named |= {step for step, python in PYTHON_STEPS.items() if named & set(python.tables)}
             reads[name] = sorted(named & set(PARSE_TABLES + order[:position]))
     finally:
         con.close()
@@ -205,8 +225,8 @@ def analyze_run(
             create_version_view(con, name, temporary=False)
 
         def build(con: duckdb.DuckDBPyConnection, name: str) -> int | None:
-            if name == WHATIF_STEP:
-                shared.set_variables(**_register_whatif(con, settings))
+            if name in PYTHON_STEPS:
+                shared.set_variables(**PYTHON_STEPS[name].build(con, settings))
                 return None
             if name in ANALYSIS_TABLES:
                 return _publish(con, name, warehouse.table_dir(version, name))
@@ -259,6 +279,6 @@ def _build_all(
                 built.add(name)
                 for done in {name} | reads[name]:  # an intermediate no step still to come reads
                     if done in readers and done not in ANALYSIS_TABLES and readers[done] <= built:
-                        for table in WHATIF_STEP_TABLES if done == WHATIF_STEP else (done,):
+                        for table in PYTHON_STEPS[done].tables if done in PYTHON_STEPS else (done,):
                             con.execute(f'DROP TABLE "{table}"').fetchall()
     return rows, seconds

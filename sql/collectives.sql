@@ -9,8 +9,10 @@
 -- A kernel without metadata has no size: `bytes` stays NULL, so no bandwidth is computed from
 -- it (collective_bw), and `size_unknown_reason` says why. On the
 -- CPU timeline an instance is a `gloo:*` annotation on gloo's worker thread: the op comes from its
--- name, the size from its recorded input shapes, the group is the default one (gloo annotations
--- name none). `bytes` is the message size S of the nccl-tests convention, from which bus
+-- name, the size from its recorded input shapes. gloo annotations name no group: each worker
+-- thread's group, and a send's or receive's peer, are read from the trace's threads and which
+-- ranks' instances end together (`_gloo_groups`, pipelines/gloo_groups.py); a rank whose trace
+-- lists no groups keeps its default group. `bytes` is the message size S of the nccl-tests convention, from which bus
 -- bandwidth follows: the input for allreduce, reducescatter, alltoall, broadcast, reduce and
 -- send; the whole output for allgather and recv. `seq` is the trace's `Seq` where it has one,
 -- else the instance's position among the rank's collectives of the same group (or stream).
@@ -20,14 +22,16 @@
 -- trace's `Comms Id` (the same hash on every rank), the process group and the trace's `Seq`, and
 -- otherwise the process group, step and position in the step: the k-th collective of a group in
 -- step s on one rank is the k-th on every other (ProfilerStep numbers agree across ranks, so ranks
--- whose profiling windows start at different moments still match).
+-- whose profiling windows start at different moments still match). Sends and receives are counted
+-- per pair of ranks, so that the pairs of one group (stage 0's ranks each sending to their peer in
+-- stage 1) are matched apart.
 --
 -- Where the run has NCCL logs, each instance is tied to its NCCL communicator: the one created on
 -- the same host and process with as many ranks as the group (the k-th group of a size in the trace
 -- takes the k-th communicator of that size). The communicator's connection lines then say whether
 -- the collective crosses hosts (any link over NET) and over which transports. Without them the
 -- scope comes from the hosts of the group's ranks (all on one host: intra; several: inter; some
--- unknown: unknown).
+-- unknown: unknown), and a send's or receive's from its own and its peer's hosts.
 --
 -- Grain: one row per run, rank and collective instance.
 --
@@ -40,6 +44,7 @@
 --   pg VARCHAR  Process group name; NULL when unknown.
 --   pg_desc VARCHAR  Process group description (default_pg, ...).
 --   group_size INTEGER  Ranks in the process group.
+--   peer INTEGER  A send's or receive's other rank, where the trace shows it (gloo); NULL otherwise.
 --   seq BIGINT  Sequence number of the instance within its process group on this rank.
 --   seq_source VARCHAR  'trace' when `seq` is the trace's own, 'order' when counted here.
 --   comms_id UBIGINT  The trace's cross-rank id of the collective, where it has one.
@@ -74,10 +79,15 @@ WITH timelines AS (
   SELECT DISTINCT rank, timeline FROM _activity
 ),
 default_groups AS (
-  SELECT rank, any_value(pg_name) AS pg_name, any_value(pg_desc) AS pg_desc, any_value(pg_size) AS pg_size
+  SELECT rank, any_value(pg_name) AS pg_name
   FROM process_groups
   WHERE pg_desc = 'default_pg'
   GROUP BY rank
+),
+rank_groups AS (
+  SELECT rank, pg_name, any_value(pg_desc) AS pg_desc, any_value(pg_size) AS pg_size
+  FROM process_groups
+  GROUP BY rank, pg_name
 ),
 cpu_metadata AS (
   SELECT rank, file_index, external_id,
@@ -118,7 +128,8 @@ device_instances AS (
       WHEN m.collective IS NOT NULL THEN 'record_param_comms'
       ELSE 'kernel name'
     END AS metadata_source,
-    coalesce(k.family, CASE WHEN e.collective IS NOT NULL THEN 'metadata' ELSE 'user pattern' END) AS kernel_family
+    coalesce(k.family, CASE WHEN e.collective IS NOT NULL THEN 'metadata' ELSE 'user pattern' END) AS kernel_family,
+    CAST(NULL AS INTEGER) AS peer
   FROM _device_events AS e
   LEFT JOIN cpu_metadata AS m ON m.rank = e.rank AND m.file_index = e.file_index AND m.external_id = e.external_id
   LEFT JOIN kernel_names AS k ON k.name = e.name
@@ -147,10 +158,13 @@ cpu_instances AS (
     CAST(NULL AS BIGINT) AS stream,
     'cpu' AS timeline,
     'gloo annotation' AS metadata_source,
-    'gloo' AS kernel_family
+    'gloo' AS kernel_family,
+    a.peer
   FROM trace_events AS e
   JOIN timelines AS t ON t.rank = e.rank AND t.timeline = 'cpu'
-  LEFT JOIN default_groups AS g ON g.rank = e.rank
+  LEFT JOIN _gloo_groups AS a ON a.rank = e.rank AND a.tid = e.tid AND a.start_ns = e.ts_ns
+  LEFT JOIN default_groups AS d ON d.rank = e.rank
+  LEFT JOIN rank_groups AS g ON g.rank = e.rank AND g.pg_name = coalesce(a.pg_name, d.pg_name)
   WHERE e.ph = 'X' AND e.cat = 'user_annotation' AND e.name LIKE 'gloo:%'
     AND is_valid_interval(e.ts_ns, e.dur_ns)
 ),
@@ -216,9 +230,11 @@ with_comm AS (
     c.comm_id,
     l.crosses_hosts,
     l.transport,
-    h.scope AS host_scope
+    CASE WHEN w.peer IS NULL THEN h.scope WHEN p.host = q.host THEN 'intra' WHEN q.host IS NULL THEN 'unknown' ELSE 'inter' END
+      AS host_scope
   FROM with_step AS w
   LEFT JOIN rank_processes AS p ON p.rank = w.rank
+  LEFT JOIN rank_processes AS q ON q.rank = w.peer
   LEFT JOIN groups_in_order AS g ON g.rank = w.rank AND g.pg_name = w.pg
   LEFT JOIN comms_in_order AS c
     ON c.host = p.host AND c.pid = p.pid AND c.nranks = w.group_size AND c.k = coalesce(g.k, 0)
@@ -233,9 +249,13 @@ keyed AS (
       ELSE in_nelems * dtype_bytes(dtype)
     END AS bytes,
     coalesce(trace_seq, row_number() OVER (PARTITION BY rank, coalesce(pg, CAST(stream AS VARCHAR)) ORDER BY start_ns) - 1) AS seq,
-    coalesce('pg ' || pg, 'stream ' || stream, 'unknown group') AS group_key,
-    row_number() OVER (PARTITION BY rank, coalesce('pg ' || pg, 'stream ' || stream, 'unknown group'), step ORDER BY start_ns) AS position_in_step
-  FROM with_comm
+    row_number() OVER (PARTITION BY rank, group_key, step ORDER BY start_ns) AS position_in_step
+  FROM (
+    SELECT *,
+      coalesce('pg ' || pg, 'stream ' || stream, 'unknown group')
+        || CASE WHEN peer IS NOT NULL THEN ' pair ' || least(rank, peer) || '-' || greatest(rank, peer) ELSE '' END AS group_key
+    FROM with_comm
+  )
 )
 SELECT
   getvariable('run_id') AS run_id,
@@ -245,6 +265,7 @@ SELECT
   pg,
   pg_desc,
   group_size,
+  peer,
   seq,
   CASE WHEN trace_seq IS NOT NULL THEN 'trace' ELSE 'order' END AS seq_source,
   comms_id,

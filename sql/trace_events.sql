@@ -38,8 +38,10 @@
 --   comms_id UBIGINT  `Comms Id`: the same on every rank taking part in one collective.
 --   in_split_sizes VARCHAR  `In split size` of all-to-all-v, as written.
 --   out_split_sizes VARCHAR  `Out split size`, as written.
---   src_rank INTEGER  `Src Rank` of a point-to-point receive.
---   dst_rank INTEGER  `Dst Rank` of a point-to-point send.
+--   src_rank INTEGER  `Src Rank` of a point-to-point receive; for a `c10d::recv_` operator, the
+--       source it names (its third concrete input), a rank of its process group.
+--   dst_rank INTEGER  `Dst Rank` of a point-to-point send; for `c10d::send`, the destination it
+--       names, a rank of its process group.
 --   input_dims VARCHAR  `Input Dims` (JSON list of shapes) when shapes were recorded.
 --   input_types VARCHAR  `Input type` (JSON list of element types).
 --   label VARCHAR  For metadata events: the process or thread name (`args.name`/`args.labels`).
@@ -78,8 +80,10 @@ SELECT
   TRY_CAST(args."Comms Id" AS UBIGINT) AS comms_id,
   args."In split size" AS in_split_sizes,
   args."Out split size" AS out_split_sizes,
-  TRY_CAST(args."Src Rank" AS INTEGER) AS src_rank,
-  TRY_CAST(args."Dst Rank" AS INTEGER) AS dst_rank,
+  coalesce(TRY_CAST(args."Src Rank" AS INTEGER),
+    CASE WHEN name = 'c10d::recv_' THEN TRY_CAST(json_extract_string(args."Concrete Inputs", '$[2]') AS INTEGER) END) AS src_rank,
+  coalesce(TRY_CAST(args."Dst Rank" AS INTEGER),
+    CASE WHEN name = 'c10d::send' THEN TRY_CAST(json_extract_string(args."Concrete Inputs", '$[2]') AS INTEGER) END) AS dst_rank,
   args."Input Dims" AS input_dims,
   args."Input type" AS input_types,
   CASE WHEN ph = 'M' THEN coalesce(args.name, args.labels) END AS label

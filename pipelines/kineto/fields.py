@@ -33,6 +33,8 @@ ARG_KEYS: tuple[str, ...] = (
     "Dst Rank",
     "Input Dims",
     "Input type",
+    # The concrete arguments of an operator: `c10d::send`'s and `c10d::recv_`'s third is the peer.
+    "Concrete Inputs",
     # Metadata events (`ph` "M") name processes and threads here.
     "name",
     "labels",

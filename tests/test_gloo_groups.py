@@ -1,0 +1,117 @@
+"""Which process group each gloo collective ran in: gloo's annotations name none.
+
+A real 2 x 2 DeviceMesh job in plain torch (no project code in it) on loopback, where a rank's
+groups run side by side and its instances of different groups end close together, and hand-made
+instances for the cases timing alone gets wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pyarrow as pa
+
+from conftest import ingest_directly, table_rows
+from pipelines.gloo_groups import assign
+from pipelines.warehouse import Warehouse
+
+MESH_JOB = textwrap.dedent('''
+    import os, socket, sys
+    import torch, torch.distributed as dist, torch.multiprocessing as mp
+    from torch.distributed.device_mesh import init_device_mesh
+
+    def run(rank, world, port, folder):
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        dp, tp = mesh.get_group("dp"), mesh.get_group("tp")
+        partner = [r for r in dist.get_process_group_ranks(dp) if r != rank][0]
+        x, y = torch.randn(256, 1024), torch.randn(64, 1024)
+        schedule = torch.profiler.schedule(wait=0, warmup=1, active=3)
+        with torch.profiler.profile(record_shapes=True, schedule=schedule,
+                                    on_trace_ready=lambda p: p.export_chrome_trace(os.path.join(folder, f"rank{rank}.json"))) as profiler:
+            for step in range(4):
+                dist.all_reduce(x, group=tp)
+                pending = dist.all_reduce(y, group=dp, async_op=True)
+                dist.all_reduce(x, group=tp)
+                pending.wait()
+                dist.all_reduce(y)
+                if mesh.get_local_rank("dp") == 0:
+                    dist.send(x, partner, group=dp)
+                else:
+                    dist.recv(x, partner, group=dp)
+                profiler.step()
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(run, args=(4, port, sys.argv[1]), nprocs=4)
+''')
+# What each rank issues per step: the group of each collective, by its description.
+PER_STEP = ["mesh_tp", "mesh_dp", "mesh_tp", "default_pg", "mesh_dp"]
+
+
+def test_every_collective_of_a_two_dimensional_mesh_lands_in_its_group(tmp_path):
+    traces = tmp_path / "mesh"
+    traces.mkdir()
+    job = tmp_path / "job.py"
+    job.write_text(MESH_JOB)
+    subprocess.run([sys.executable, str(job), str(traces)], check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, traces, "mesh")
+    found = table_rows(store, "SELECT rank, step, pg_desc, op, peer, group_size FROM collectives ORDER BY rank, start_ns")
+    for rank in range(4):
+        mine = [row for row in found if row["rank"] == rank]
+        steps = sorted({row["step"] for row in mine})
+        assert len(steps) >= 2, mine
+        for step in steps:  # the instances start in another order than they were issued: count them
+            assert sorted(row["pg_desc"] for row in mine if row["step"] == step) == sorted(PER_STEP), (rank, step)
+        partner = rank ^ 2  # dp groups {0, 2} and {1, 3}
+        assert {row["peer"] for row in mine if row["op"] in ("send", "recv")} == {partner}
+        assert {row["group_size"] for row in mine if row["pg_desc"] == "default_pg"} == {4}
+    # Every collective matches on all of its group's ranks (a send with its receive): an instance
+    # put in the wrong group would leave one collective short of ranks and another with too many.
+    sync = table_rows(store, "SELECT op, ranks, group_size, op_mismatch FROM collective_sync")
+    assert all(row["ranks"] == (2 if row["op"] in ("send", "recv") else row["group_size"]) for row in sync), sync
+    assert not any(row["op_mismatch"] for row in sync)
+
+
+def instances(rows: list[tuple]) -> pa.Table:
+    """(rank, tid, start ms, end ms, op) rows as the step's query gives them, 1 MB each."""
+    return pa.table({
+        "rank": [r[0] for r in rows], "tid": [str(r[1]) for r in rows],
+        "start_ns": [int(r[2] * 1e6) for r in rows], "end_ns": [int(r[3] * 1e6) for r in rows],
+        "op": [r[4] for r in rows], "elements": [262144] * len(rows),
+        "called_here": [False] * len(rows), "peer_in_group": pa.array([None] * len(rows), type=pa.int32()),
+    })
+
+
+GROUPS = pa.table({
+    "rank": [r for r in range(4) for _ in range(3)],
+    "pg_name": ["0", "1", "3", "0", "2", "3", "0", "1", "4", "0", "2", "4"],
+    "pg_ranks": [g for r in range(4) for g in ("[0, 1, 2, 3]", "[0, 2]" if r % 2 == 0 else "[1, 3]",
+                                              "[0, 1]" if r < 2 else "[2, 3]")],
+})
+
+
+def test_groups_of_the_same_members_are_told_apart_by_their_threads_order():
+    """Two groups of all four ranks (the default one and a mesh of one dimension over the world): a
+    rank's threads started first serve the group made first."""
+    groups = pa.table({"rank": [r for r in range(4) for _ in range(2)], "pg_name": ["0", "1"] * 4,
+                       "pg_ranks": ["[0, 1, 2, 3]"] * 8})
+    rows = []
+    for rank in range(4):
+        rows += [(rank, 200 + rank, 0, 10, "allreduce"), (rank, 210 + rank, 0, 20, "allgather")]
+        rows += [(rank, 220 + rank, 30, 40, "allgather"), (rank, 230 + rank, 30, 45, "allgather")]
+    found = assign(instances(rows), groups).to_pylist()
+    by_thread = {(row["rank"], row["tid"]): row["pg_name"] for row in found}
+    assert all(by_thread[rank, str(200 + rank)] == "0" for rank in range(4))
+    assert all(by_thread[rank, str(230 + rank)] == "1" for rank in range(4))
