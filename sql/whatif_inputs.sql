@@ -5,12 +5,15 @@
 -- ended when it completed. A collective (matched across ranks, `collective_sync`) begins when its
 -- last rank arrives (`begin_ns`) and ends at `collective_end_ns`. Its time is told apart into what
 -- a faster link shortens in proportion (`transfer_ns`) and what it does not (`rest_ns`), per rank
--- and link: collectives whose begin-to-end spans overlap on one rank and link form a busy period,
--- and each takes an equal share of its length (the least share it has on any of its ranks). The
--- part of a share no link shortens is the latency of its op on its link: the intercept of a
--- least-squares line of share against the bits each rank sends, 8 S f, over the run's collectives
--- of that op and link (0 when they all have one size; f is the bus-bandwidth factor of its op and
--- group size, the share of S each rank sends). The intercept needs no line rate, so the split
+-- and link: collectives whose begin-to-end spans overlap on one rank and link form a busy period.
+-- They shared the link, so each takes the part of the period's length that its bits, 8 S f, are
+-- of the period's bits (the least such part it has on any of its ranks; equal parts where a size
+-- is unknown). An equal part each, whatever its size, made a 2 KB bucket as long as the 1 MB
+-- buckets beside it, and the line through them mostly latency. The part of a share no link
+-- shortens is the latency of its op on its link: the intercept of a least-squares line of share
+-- against the bits each rank sends over the run's collectives of that op and link (0 when they all
+-- have one size; f is the bus-bandwidth factor of its op and group size, the share of S each rank
+-- sends). The intercept needs no line rate, so the split
 -- holds on a link of unknown rate too. `wire_ns` = 8 S f / link_gbps is the transfer at the run's
 -- full line rate. The rest of the share is transfer. How long a rank waited for a late rank is in
 -- neither: the replay finds it again from when the ranks arrive. A collective of unknown size is
@@ -67,10 +70,12 @@ instances AS (
     busbw_factor(c.op, c.group_size) AS traffic_factor,
     CASE WHEN c.scope = 'intra' THEN l.intra_gbps ELSE l.network_gbps END AS link_gbps,
     CASE WHEN c.scope = 'intra' THEN 'intra' ELSE 'network' END AS link,
-    c.start_ns, c.end_ns, s.last_start_ns AS begin_ns, s.end_ns AS collective_end_ns
+    c.start_ns, c.end_ns, s.last_start_ns AS begin_ns, s.end_ns AS collective_end_ns,
+    coalesce(h.host, 'rank ' || c.rank) AS host
   FROM collectives AS c
   JOIN collective_sync AS s USING (collective_key)
   LEFT JOIN dimensions AS d ON d.pg = c.pg
+  LEFT JOIN (SELECT rank, any_value(split_part(host, '.', 1)) AS host FROM ranks GROUP BY rank) AS h ON h.rank = c.rank
   CROSS JOIN links AS l
   WHERE c.end_ns > c.start_ns AND s.step IS NOT NULL
 ),
@@ -95,14 +100,43 @@ busy AS (
   FROM busy_starts
 ),
 shared AS (
-  SELECT *, (max(collective_end_ns) OVER p - min(begin_ns) OVER p) / count(*) OVER p AS period_share
+  -- Collectives that overlap share the link: each takes the part of the busy period its bits are
+  -- of the period's (equal parts where a size is unknown).
+  SELECT *,
+    min(begin_ns) OVER p AS period_start_ns,
+    max(collective_end_ns) OVER p AS period_end_ns,
+    (max(collective_end_ns) OVER p - min(begin_ns) OVER p)
+      * CASE WHEN bool_and(bits > 0) OVER p THEN bits / sum(bits) OVER p ELSE 1.0 / count(*) OVER p END AS period_share
   FROM busy
   WINDOW p AS (PARTITION BY rank, link, period)
 ),
+periods AS (
+  SELECT DISTINCT rank, host, link, period, period_start_ns, period_end_ns, link_gbps FROM shared
+),
+host_traffic AS (
+  -- What the host's link carried during each of a rank's busy periods: the bits of every
+  -- collective of the host's ranks on that link, each in proportion to how much of it fell inside.
+  SELECT p.rank, p.link, p.period,
+    sum(w.bits * (least(w.collective_end_ns, p.period_end_ns) - greatest(w.begin_ns, p.period_start_ns))
+      / greatest(w.collective_end_ns - w.begin_ns, 1)) AS host_bits
+  FROM periods AS p
+  JOIN wired AS w ON w.host = p.host AND w.link = p.link
+    AND w.begin_ns < p.period_end_ns AND w.collective_end_ns > p.period_start_ns
+  GROUP BY p.rank, p.link, p.period
+),
+linked AS (
+  -- The share of a period the link itself needed at its line rate (1 where its rate is unknown:
+  -- the latency line below decides then).
+  SELECT s.*,
+    CASE WHEN s.link_gbps > 0 AND h.host_bits > 0
+      THEN least(1.0, h.host_bits / s.link_gbps / greatest(s.period_end_ns - s.period_start_ns, 1)) END AS link_fraction
+  FROM shared AS s
+  LEFT JOIN host_traffic AS h USING (rank, link, period)
+),
 collective_shares AS (
   SELECT collective_key, any_value(op) AS op, any_value(link) AS link, any_value(bits) AS bits,
-    min(period_share) AS share_ns
-  FROM shared
+    min(period_share) AS share_ns, min(period_share * link_fraction) AS link_share_ns
+  FROM linked
   GROUP BY collective_key
 ),
 latencies AS (
@@ -113,9 +147,14 @@ latencies AS (
   GROUP BY op, link
 ),
 rested AS (
-  SELECT s.*, CASE WHEN s.bits > 0 THEN least(coalesce(l.latency_ns, 0), c.share_ns) ELSE c.share_ns END AS rest_share,
+  SELECT s.*,
+    CASE
+      WHEN s.bits = 0 THEN c.share_ns
+      WHEN c.link_share_ns IS NOT NULL THEN c.share_ns - c.link_share_ns
+      ELSE least(coalesce(l.latency_ns, 0), c.share_ns)
+    END AS rest_share,
     c.share_ns
-  FROM shared AS s
+  FROM linked AS s
   JOIN collective_shares AS c USING (collective_key)
   LEFT JOIN latencies AS l ON l.op = s.op AND l.link = s.link
 ),
