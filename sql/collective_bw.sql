@@ -11,7 +11,9 @@
 --
 -- Scope (see collectives): an intra-node collective is compared with the run's intra-node link
 -- rate when one was given (else its utilisation is NULL and link_source says why); an inter-node
--- one with the NIC's line rate; one of unknown scope is assumed to cross the network.
+-- one with the NIC's line rate; one of unknown scope is assumed to cross the network. A transfer
+-- measured faster than its link is not believed: its utilisation is 1 and `utilization_note` says
+-- what the measure got wrong (a line rate given too low, two hosts' clocks apart).
 --
 -- Where the Flight Recorder timed its collectives (fr_entries.duration_ns: NCCL with
 -- TORCH_NCCL_ENABLE_TIMING=1), those that no rank's trace covers join as well (`source` 'flight
@@ -41,7 +43,10 @@
 --   transfer_busbw_gbps DOUBLE  Bus bandwidth over transfer_ns instead of dur_ns.
 --   link_gbps DOUBLE  Line rate of the link the scope implies, Gbit/s; NULL when unknown.
 --   link_source VARCHAR  Where link_gbps came from, or why it is missing.
---   utilization DOUBLE  transfer_busbw_gbps / link_gbps (1.0 = line rate).
+--   utilization DOUBLE  transfer_busbw_gbps / link_gbps (1.0 = line rate), at most 1: a transfer
+--       cannot beat its link, and where the measure says it did, utilization_note says why.
+--   utilization_note VARCHAR  Why transfer_busbw_gbps exceeds the line rate, where it does; NULL
+--       otherwise.
 --   source VARCHAR  'trace' (a profiled step) or 'flight recorder' (between profiled windows).
 WITH links AS (
   SELECT any_value(link_gbps) AS link_gbps, any_value(link_source) AS link_source,
@@ -128,13 +133,23 @@ SELECT
   8.0 * r.bytes / r.dur_ns AS algbw_gbps,
   8.0 * r.bytes / r.dur_ns * r.factor AS busbw_gbps,
   8.0 * r.bytes / r.transfer_ns * r.factor AS transfer_busbw_gbps,
-  CASE r.scope WHEN 'intra' THEN l.intra_link_gbps ELSE l.link_gbps END AS link_gbps,
+  r.link_gbps,
   CASE
     WHEN r.scope = 'intra' THEN coalesce(l.intra_link_source, 'unknown: no intra-node link rate was given')
     WHEN r.scope = 'unknown' AND l.link_gbps IS NOT NULL THEN l.link_source || ' (hosts unknown: assumed inter-node)'
     ELSE coalesce(l.link_source, 'unknown: no line rate was found or given')
   END AS link_source,
-  8.0 * r.bytes / r.transfer_ns * r.factor / CASE r.scope WHEN 'intra' THEN l.intra_link_gbps ELSE l.link_gbps END AS utilization,
+  CASE WHEN r.measured_utilization > 1 THEN 1.0 ELSE r.measured_utilization END AS utilization,
+  CASE WHEN r.measured_utilization > 1 THEN printf('measured at %.0f%% of the %g Gbit/s line rate, which no transfer can beat: ', 100 * r.measured_utilization, r.link_gbps)
+    || CASE WHEN r.op IN ('send', 'recv') AND r.scope <> 'intra'
+      THEN 'a send and its receive on two hosts are timed by two clocks (from the later start to the receive''s end), so clock skew shortens it; or the line rate given is lower than the link''s'
+      ELSE 'the line rate given is lower than the link''s (check --link-gbps), or the ranks'' clocks disagree, so the shortest instance is not the whole transfer'
+    END
+  END AS utilization_note,
   r.source
-FROM instances AS r, links AS l
+FROM (
+  SELECT i.*, CASE i.scope WHEN 'intra' THEN l.intra_link_gbps ELSE l.link_gbps END AS link_gbps,
+    8.0 * i.bytes / i.transfer_ns * i.factor / CASE i.scope WHEN 'intra' THEN l.intra_link_gbps ELSE l.link_gbps END AS measured_utilization
+  FROM instances AS i, links AS l
+) AS r, links AS l
 ORDER BY r.rank, r.start_ns

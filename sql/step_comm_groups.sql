@@ -6,8 +6,8 @@
 -- first merged into the spans during which any of them runs); each piece goes in equal parts to
 -- the groups communicating throughout it. A piece during which no group's collective runs (a
 -- training thread inside a collective call, or waiting for one whose work has not started yet)
--- goes to the group of the next collective to start on the rank, and to no group (pg NULL) when
--- none follows. The equal parts are counted exactly, in units of 1/L ns with L the least common
+-- goes to the group of the next collective to start on the rank, or, when none follows (a thread
+-- returning from the step's last collective), to the group of the last one to end before it. The equal parts are counted exactly, in units of 1/L ns with L the least common
 -- multiple of 1..k for the most groups k ever communicating at once; each row's total is rounded
 -- down to whole ns and the nanoseconds left over go to the groups with the largest remainders, so
 -- that the rows of a step add up to its `exposed_comm_ns` exactly (an asset check).
@@ -27,7 +27,7 @@
 --      other. A sequence-parallel tensor-parallel group also all-gathers: such groups are named
 --      by the frameworks that make them (rule 2), or by the user (rule 1).
 -- Collectives of no known group (a kernel without metadata) form one group of their own, with pg
--- NULL, which also takes the exposure no group can claim.
+-- NULL, which also takes the exposure of a rank that has no collective at all.
 --
 -- Grain: one row per run, rank, step and process group that communicated in the step or had
 -- exposed communication attributed to it.
@@ -36,8 +36,8 @@
 --   run_id VARCHAR  The run.
 --   rank INTEGER  Global rank.
 --   step BIGINT  Step number.
---   pg VARCHAR  Process group name; NULL for collectives of no known group and exposure no group
---       can claim.
+--   pg VARCHAR  Process group name; NULL for collectives of no known group (and for exposure on a
+--       rank without any collective).
 --   pg_desc VARCHAR  Process group description.
 --   dimension VARCHAR  dp, fsdp, tp, pp, ep, cp or other.
 --   dimension_source VARCHAR  'override', 'name' or 'ops': which rule gave the dimension.
@@ -158,9 +158,10 @@ idle_pieces AS (
 claimed AS (
   SELECT rank, step, start_ns, end_ns, group_key, count(*) OVER (PARTITION BY rank, start_ns) AS sharing FROM active
   UNION ALL
-  SELECT p.rank, p.step, p.start_ns, p.end_ns, coalesce(g.group_key, 'no group') AS group_key, 1 AS sharing
+  SELECT p.rank, p.step, p.start_ns, p.end_ns, coalesce(g.group_key, e.group_key, 'no group') AS group_key, 1 AS sharing
   FROM idle_pieces AS p
   ASOF LEFT JOIN group_spans AS g ON g.rank = p.rank AND g.start_ns >= p.end_ns
+  ASOF LEFT JOIN (SELECT rank, group_key, end_ns FROM group_spans) AS e ON e.rank = p.rank AND e.end_ns <= p.start_ns
 ),
 scale AS (
   SELECT CAST(list_reduce(range(1, coalesce(max(sharing), 1) + 1), lambda a, b: lcm(a, b)) AS HUGEINT) AS units_per_ns FROM claimed

@@ -31,7 +31,8 @@
 --   explanation VARCHAR  What the class means for this run, in plain words, with its numbers.
 --   exposed_comm_share DOUBLE  Exposed communication over step time (over whole traces without steps).
 --   wait_share DOUBLE  Share of the exposed communication spent waiting for other ranks.
---   achieved_busbw_gbps DOUBLE  Bus bandwidth of the collectives' transfers, bytes-weighted, Gbit/s.
+--   achieved_busbw_gbps DOUBLE  Bus bandwidth of the collectives' transfers, bytes-weighted, Gbit/s;
+--       at most the line rate (collective_bw.utilization_note says why a transfer measured faster).
 --   link_gbps DOUBLE  Line rate it is compared with.
 --   utilization DOUBLE  achieved_busbw_gbps / link_gbps.
 --   full_rate_sf DOUBLE  What-if SF at the run's rank count and line rate, uncompressed.
@@ -77,7 +78,9 @@ transfers AS (
 ),
 achieved AS (
   -- The network's collectives when any cross hosts (or may), else the host-internal ones.
-  SELECT run_id, sum(bus_bits) / sum(transfer_ns) AS achieved_busbw_gbps, any_value(link_gbps) AS link_gbps
+  SELECT run_id, CASE WHEN sum(bus_bits) / sum(transfer_ns) > any_value(link_gbps) THEN any_value(link_gbps)
+    ELSE sum(bus_bits) / sum(transfer_ns) END AS achieved_busbw_gbps,
+    any_value(link_gbps) AS link_gbps
   FROM transfers AS t
   WHERE scope <> 'intra' OR NOT EXISTS (SELECT 1 FROM transfers AS o WHERE o.run_id = t.run_id AND o.scope <> 'intra')
   GROUP BY run_id
@@ -95,7 +98,7 @@ full_rate AS (
   FROM whatif AS w
   JOIN models AS m ON m.run_id = w.run_id AND m.model = w.model
   WHERE w.run_link AND w.compression = 1 AND w.fusion = 'observed' AND w.transfers = 'line rate'
-    AND w.ranks = (SELECT min(ranks) FROM whatif AS o WHERE o.run_id = w.run_id)
+    AND w.ranks = (SELECT min(ranks) FROM whatif AS o WHERE o.run_id = w.run_id AND o.model = w.model)
   GROUP BY w.run_id
 ),
 dimension_exposure AS (
@@ -121,7 +124,7 @@ targets AS (
   JOIN full_rate AS f ON f.run_id = t.run_id AND t.bandwidth_gbps = f.full_rate_gbps AND t.model = f.model
     AND t.transfers = 'line rate'
   WHERE t.target = 0.95 AND t.fusion = 'observed' AND t.dimension IN ('all', 'dp') AND (t.model = 'paper' OR t.dimension = 'all')
-    AND t.ranks = (SELECT min(ranks) FROM whatif_targets AS o WHERE o.run_id = t.run_id)
+    AND t.ranks = (SELECT min(ranks) FROM whatif_targets AS o WHERE o.run_id = t.run_id AND o.model = t.model)
   GROUP BY t.run_id
 ),
 joined AS (

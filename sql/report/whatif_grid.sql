@@ -9,5 +9,6 @@ WHERE run_id = getvariable('run_id') AND fusion = 'observed'
     SELECT CASE WHEN bool_or(run_link) THEN min(transfers) ELSE max(transfers) END FROM whatif WHERE run_id = getvariable('run_id')
   )
   AND model = (SELECT max(model) FROM whatif WHERE run_id = getvariable('run_id'))
-  AND ranks = (SELECT min(ranks) FROM whatif WHERE run_id = getvariable('run_id'))
+  AND ranks = (SELECT min(ranks) FROM whatif WHERE run_id = getvariable('run_id')
+               AND model = (SELECT max(model) FROM whatif WHERE run_id = getvariable('run_id')))
 ORDER BY bandwidth_gbps, compression
