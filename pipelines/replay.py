@@ -8,8 +8,8 @@ measured: what a rank did between waits takes as long as it did. Only three thin
   rank's link run one after another, in the order they began, each direction of a full-duplex
   link on its own): B' = max(arrivals', links free');
 * it takes its transfer at the new rate plus what the link would not shorten:
-  d' = transfer_ns * scale + rest_ns (wire_ns, at full line rate, in place of transfer_ns when
-  the scenario asks for it), where scale is the run's rate over the new one, over the compression
+  d' = transfer_ns * scale + rest_ns (wire_ns + latency_ns, at full line rate, in place of
+  transfer_ns + rest_ns when the scenario asks for it), where scale is the run's rate over the new one, over the compression
   ratio of its dimension, times the traffic factor's change when there are more ranks (at full
   line rate, a link of unknown rate in the run moves 8 S f bits at the new rate instead);
 * a rank that waited for its instance waits until that ends: its shift (replayed time minus
@@ -88,9 +88,12 @@ class Replay:
         self.dimension_names, self.dimension_code = np.unique(self.dimension, return_inverse=True)
         self.transfer = rows["transfer_ns"].astype(float)
         wire = rows["wire_ns"].astype(float)
-        self.wire = np.where(wire > 0, wire, self.transfer)
+        # At full line rate a transfer takes its bits at the line rate, and never longer than it
+        # took (a measure faster than the line rate is the rate's fault, collective_bw says).
+        self.wire = np.where(wire > 0, np.minimum(wire, self.transfer), self.transfer)
         self.bits = rows["bits"].astype(float)  # at full line rate B, the transfer takes bits / B ns
         self.rest = rows["rest_ns"].astype(float)
+        self.latency = rows["latency_ns"].astype(float)  # what stays at full line rate
         self.link_gbps = np.nan_to_num(rows["link_gbps"].astype(float), nan=0.0)
         self.intra = rows["scope"].astype(str) == "intra"
         self.op = rows["op"].astype(str)
@@ -186,7 +189,8 @@ class Replay:
 
     def durations(self, scenarios: list[Scenario], rows=slice(None)) -> np.ndarray:
         """rows x scenarios: each collective's replayed duration, its transfer (as achieved, or at
-        line rate) scaled, plus what no link shortens.
+        line rate) scaled, plus what no link shortens (as achieved: all the rest of its time; at
+        full line rate: its latency alone, the transport's inefficiency gone with the rest).
 
         At full line rate, a collective whose link's rate the run does not know moves its bits at
         the scenario's rate: that needs only its size. As achieved, it stays as measured.
@@ -198,7 +202,7 @@ class Replay:
         bits = self.bits[rows, None]
         sized = at_line_rate & (self.link_gbps[rows, None] == 0) & (bits > 0) & (rate > 0)
         transfer = np.where(sized, bits / np.where(rate > 0, rate, 1.0) * scale, transfer)
-        return transfer + self.rest[rows, None]
+        return transfer + np.where(at_line_rate, self.latency[rows, None], self.rest[rows, None])
 
     def run(self, scenarios: list[Scenario], exposure: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         """Each rank-step's replayed length (rank-steps x scenarios), and with `exposure` each row's

@@ -49,7 +49,12 @@
 --   bits DOUBLE  8 S f: what each rank sends, in bits; 0 when the size is unknown.
 --   wire_ns BIGINT  8 S f / link_gbps: its transfer at the run's line rate; 0 when not known.
 --   transfer_ns BIGINT  The part of its time a faster link shortens in proportion.
---   rest_ns BIGINT  The part no link shortens: the latency of its op on its link.
+--   rest_ns BIGINT  The part no faster link shortens: where the line rate is known, what the busy
+--       period took beyond what the host's link carried at that rate (the CPU's part, the
+--       protocol's), else the latency of its op on its link.
+--   latency_ns BIGINT  The part not even the full line rate removes: the latency of its op on its
+--       link (the least-squares intercept); `rest_ns` less the transport's inefficiency, which the
+--       full line rate removes (transfers = 'line rate').
 --   tied BOOLEAN  Whether this rank's instance ended with the collective.
 --   waited_ns BIGINT  How long this rank waited, exposed, for its instance to end.
 --   slack_ns BIGINT  For a tied instance that ended while the rank was busy: how long after its
@@ -153,6 +158,7 @@ rested AS (
       WHEN c.link_share_ns IS NOT NULL THEN c.share_ns - c.link_share_ns
       ELSE least(coalesce(l.latency_ns, 0), c.share_ns)
     END AS rest_share,
+    CASE WHEN s.bits = 0 THEN c.share_ns ELSE least(coalesce(l.latency_ns, 0), c.share_ns) END AS latency_share,
     c.share_ns
   FROM linked AS s
   JOIN collective_shares AS c USING (collective_key)
@@ -191,6 +197,7 @@ SELECT
   w.link_gbps, w.start_ns, w.end_ns, w.begin_ns, w.collective_end_ns, w.bits, w.wire_ns,
   CAST(round(w.share_ns - w.rest_share) AS BIGINT) AS transfer_ns,
   CAST(round(w.rest_share) AS BIGINT) AS rest_ns,
+  CAST(round(w.latency_share) AS BIGINT) AS latency_ns,
   w.tied,
   w.waited_ns,
   CASE WHEN w.tied AND NOT w.inside THEN

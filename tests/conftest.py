@@ -124,17 +124,19 @@ CLUSTER_REPEATS = 3  # pairs of runs (slow, then fast); the checks take the medi
 
 @pytest.fixture(scope="session")
 def cluster_runs(tmp_path_factory):
-    """`cluster_runs(job) -> LinkCost`: a `collectors.jobs` job on two emulated hosts at 200 and
-    1000 Mbit/s, CLUSTER_REPEATS times each in turn (`pipelines.cluster.measure_link_cost`), once per session."""
+    """`cluster_runs(job, ranks_per_host=1, repeats=CLUSTER_REPEATS) -> LinkCost`: a `collectors.jobs`
+    job on two emulated hosts at 200 and 1000 Mbit/s, `repeats` times each in turn
+    (`pipelines.cluster.measure_link_cost`), once per session."""
     from pipelines.cluster import measure_link_cost
 
     landing = tmp_path_factory.mktemp("cluster-landing")
-    measured: dict[str, object] = {}
+    measured: dict[tuple, object] = {}
 
-    def runs_of(job: str):
+    def runs_of(job: str, ranks_per_host: int = 1, repeats: int = CLUSTER_REPEATS):
         require_cluster()
-        if job not in measured:
-            measured[job] = measure_link_cost(job, landing, CLUSTER_SLOW_MBIT, CLUSTER_FAST_MBIT, CLUSTER_REPEATS)
-        return measured[job]
+        if (job, ranks_per_host) not in measured:
+            measured[job, ranks_per_host] = measure_link_cost(job, landing, CLUSTER_SLOW_MBIT, CLUSTER_FAST_MBIT, repeats,
+                                                              ranks_per_host=ranks_per_host)
+        return measured[job, ranks_per_host]
 
     return runs_of

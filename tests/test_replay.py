@@ -26,6 +26,7 @@ def inputs(rows: list[dict]) -> pa.Table:
         for name in ("start_ns", "end_ns", "begin_ns", "collective_end_ns", "transfer_ns", "waited_ns", "rest_ns"):
             row[name] = int(row[name] * MS)
         row["wire_ns"] = row["transfer_ns"]
+        row["latency_ns"] = row["rest_ns"]
         row["bits"] = float(row["transfer_ns"])  # at 1 Gbit/s, a bit a nanosecond
         if row["link_gbps"] is None:
             row["wire_ns"] = 0
