@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 
@@ -223,11 +224,12 @@ def test_the_cli_writes_the_same_tables_with_and_without_dagster(tmp_path, monke
     from pipelines.warehouse import tables_differ
 
     paths = [str(p) for p in shared_trace_files()] + [str(TRACES / "hta_sampled_2rank")]
-    home = tmp_path / "dagster_home"
-    home.mkdir()
+    home = _dagster_home(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    wirespeed("ingest", *paths, "--warehouse", str(tmp_path / "direct"), "--quiet", env=env)
-    wirespeed("ingest", *paths, "--warehouse", str(tmp_path / "dagster"), "--quiet", env={**env, "DAGSTER_HOME": str(home)})
+    direct = wirespeed("ingest", *paths, "--warehouse", str(tmp_path / "direct"), "--quiet", env=env)
+    dagster = wirespeed("ingest", *paths, "--warehouse", str(tmp_path / "dagster"), "--quiet", env={**env, "DAGSTER_HOME": str(home)})
+    # A batch's warnings are printed as they are without Dagster, and nothing of Dagster's log.
+    assert "parse issues" in direct.stderr and dagster.stderr == direct.stderr
 
     direct, through = Warehouse(tmp_path / "direct"), Warehouse(tmp_path / "dagster")
     runs = direct.run_ids()
@@ -310,3 +312,37 @@ def test_the_sensor_looks_every_30_s_unless_told_otherwise():
     for bad in ("0", "5s", "-1", ""):
         with pytest.raises(ValueError, match="WIRESPEED_SENSOR_INTERVAL_S must be a whole number"):
             sensor_interval_s({"WIRESPEED_SENSOR_INTERVAL_S": bad})
+
+
+def _dagster_home(tmp_path):
+    """An instance folder as a user keeps one: configured (Dagster warns of a missing dagster.yaml)
+    and telemetry off (else Dagster greets the folder's first use)."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    return home
+
+
+def test_a_quiet_ingest_under_dagster_prints_the_results_and_warnings_only(tmp_path, monkeypatch):
+    """A run materialised alone in the instance: `--quiet` prints its result line, and its warning
+    after it as without Dagster, not Dagster's log line; the instance's event log still has it."""
+    from conftest import TRACES, wirespeed
+
+    trace = str(TRACES / "hta_ddp_nccl_meta_2024" / "nccl_data.json.gz")
+    home = _dagster_home(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    direct = wirespeed("ingest", trace, "--warehouse", str(tmp_path / "direct"), "--quiet", env=env)
+    dagster = wirespeed("ingest", trace, "--warehouse", str(tmp_path / "dagster"), "--quiet", env={**env, "DAGSTER_HOME": str(home)})
+    assert [line.split("; report ")[0] for line in dagster.stdout.splitlines()] == [
+        line.split("; report ")[0] for line in direct.stdout.splitlines()
+    ]
+    assert dagster.stderr == direct.stderr == "wirespeed ingest: nccl_data: 1 parse issues (0 errors); see the parse_issues table\n"
+
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    instance = dg.DagsterInstance.get()
+    try:
+        (run,) = instance.get_runs()
+        logged = [(entry.level, entry.user_message) for entry in instance.all_logs(run.run_id) if entry.dagster_event is None]
+    finally:
+        instance.dispose()
+    assert (logging.WARNING, "nccl_data: 1 parse issues (0 errors); see the parse_issues table") in logged
