@@ -157,7 +157,9 @@ def test_sensor_partition_materialisation(definitions, gloo_run, tmp_path):
     # The report's materialisation carries the answer: the verdict, its figures, where the file is.
     (report,) = [e.materialization for e in outcome.get_asset_materialization_events() if e.asset_key == dg.AssetKey("run_report")]
     assert report.metadata["verdict"].value.startswith("**") and "exposed communication" in report.metadata["verdict"].value
-    assert 0 < report.metadata["exposed_comm_share"].value < 1 and report.metadata["path"].value.endswith("gloo-live.html")
+    exact = report.metadata["exact figures (verdict table)"].value
+    assert report.metadata["exposed communication (% of step time)"].value == round(100 * exact["exposed_comm_share"], 1) > 0
+    assert report.metadata["path"].value.endswith("gloo-live.html")
     store = Warehouse(resource.root)
     assert store.report_path("gloo-live").exists()
     con = store.connect()
@@ -174,6 +176,25 @@ def test_sensor_partition_materialisation(definitions, gloo_run, tmp_path):
     assert changed.run_requests[0].run_key != result.run_requests[0].run_key
     assert changed.dynamic_partitions_requests[0].partition_keys == []
     assert json.loads(changed.cursor)["gloo-live"] != json.loads(cursor)["gloo-live"]
+
+
+def test_the_report_materialisation_shows_figures_as_a_person_reads_them(tmp_path):
+    """The asset catalog shows 6.0 (% of step time) and 0.95, not 0.05988858952686023 and
+    0.9520342892008682; the exact values are one entry away, under the verdict table's names."""
+    from pipelines.defs.reports.assets import report_metadata
+
+    verdict = {"bottleneck": "communication-bound", "explanation": "...", "exposed_comm_share": 0.05988858952686023,
+               "utilization": None, "full_rate_sf": 0.9871, "estimated_sf": 0.9520342892008682}
+    metadata = report_metadata(verdict, tmp_path / "run.html")
+    shown = {key: entry.value for key, entry in metadata.items() if isinstance(entry, dg.FloatMetadataValue)}
+    assert shown == {
+        "exposed communication (% of step time)": 6.0,
+        "scaling factor now, estimated (1 = ideal)": 0.95,
+        "scaling factor at full line rate (1 = ideal)": 0.99,
+    }
+    assert metadata["exact figures (verdict table)"].value == {
+        "exposed_comm_share": 0.05988858952686023, "estimated_sf": 0.9520342892008682, "full_rate_sf": 0.9871,
+    }
 
 
 def test_reanalysis_does_not_read_raw_traces(definitions, gloo_run, tmp_path):
