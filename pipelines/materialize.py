@@ -10,9 +10,10 @@ otherwise rebuilds them whole), so a query right after an ingest sees their verd
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
 import os
 import sys
-import multiprocessing
 import uuid
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -305,12 +306,13 @@ class ThroughDagster:
             partition_key=name,
             instance=self.instance,
             resources={"warehouse": self.resource, "ingest_progress": progress},
-            run_config=_QUIET,
+            run_config=_SILENT,
             raise_on_error=False,
         )
+        said = self._warnings(outcome.run_id)
         if not outcome.success:
-            return StagesRun(_first_failure(outcome), [])
-        return StagesRun(None, [e.check_name for e in outcome.get_asset_check_evaluations() if not e.passed])
+            return StagesRun(_first_failure(outcome), [], warnings=said)
+        return StagesRun(None, [e.check_name for e in outcome.get_asset_check_evaluations() if not e.passed], warnings=said)
 
     def finish(self, outcomes: dict[str, StagesRun | None]) -> None:
         for batch in self.batches:
@@ -322,7 +324,7 @@ class ThroughDagster:
     def _batch(self, batch: list[str]) -> dict[str, StagesRun]:
         """One batch in one Dagster run; each run's outcome from the checks and the failures it recorded."""
         result = self.batch_job.execute_in_process(
-            run_config={**_QUIET, "ops": {"ingest_runs": {"config": {"run_ids": batch}}}},
+            run_config={**_SILENT, "ops": {"ingest_runs": {"config": {"run_ids": batch}}}},
             instance=self.instance,
             resources={"warehouse": self.resource},
             raise_on_error=False,
@@ -337,14 +339,27 @@ class ThroughDagster:
         # From the instance: a failed step's result leaves out the events its op recorded.
         logged = self.instance.all_logs(result.run_id, of_type=self.dg.DagsterEventType.ASSET_CHECK_EVALUATION)
         checks = [entry.dagster_event.event_specific_data for entry in logged]
-        return {
+        runs = {
             name: StagesRun(errors[name].splitlines()[0], []) if name in errors
             else StagesRun(None, [e.check_name for e in checks if e.partition == name and not e.passed])
             for name in batch
         }
+        for line in self._warnings(result.run_id):  # a stage names its run first; any other line goes with the first run
+            named = [name for name in batch if line.startswith(f"{name}: ")]
+            runs[named[0] if named else batch[0]].warnings.append(line)
+        return runs
+
+    def _warnings(self, dagster_run_id: str) -> list[str]:
+        """The warnings logged in a Dagster run, read back from the instance's event log."""
+        return [
+            entry.user_message for entry in self.instance.all_logs(dagster_run_id)
+            if entry.dagster_event is None and entry.level >= logging.WARNING
+        ]
 
 
-_QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# Dagster's console logger prints nothing: the instance's event log keeps every line (the UI shows
+# them), and the runs' warnings are printed after the progress bar, as they are without Dagster.
+_SILENT = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def _first_failure(result) -> str:

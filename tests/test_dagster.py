@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 
@@ -156,7 +157,9 @@ def test_sensor_partition_materialisation(definitions, gloo_run, tmp_path):
     # The report's materialisation carries the answer: the verdict, its figures, where the file is.
     (report,) = [e.materialization for e in outcome.get_asset_materialization_events() if e.asset_key == dg.AssetKey("run_report")]
     assert report.metadata["verdict"].value.startswith("**") and "exposed communication" in report.metadata["verdict"].value
-    assert 0 < report.metadata["exposed_comm_share"].value < 1 and report.metadata["path"].value.endswith("gloo-live.html")
+    exact = report.metadata["exact figures (verdict table)"].value
+    assert report.metadata["exposed communication (% of step time)"].value == round(100 * exact["exposed_comm_share"], 1) > 0
+    assert report.metadata["path"].value.endswith("gloo-live.html")
     store = Warehouse(resource.root)
     assert store.report_path("gloo-live").exists()
     con = store.connect()
@@ -173,6 +176,25 @@ def test_sensor_partition_materialisation(definitions, gloo_run, tmp_path):
     assert changed.run_requests[0].run_key != result.run_requests[0].run_key
     assert changed.dynamic_partitions_requests[0].partition_keys == []
     assert json.loads(changed.cursor)["gloo-live"] != json.loads(cursor)["gloo-live"]
+
+
+def test_the_report_materialisation_shows_figures_as_a_person_reads_them(tmp_path):
+    """The asset catalog shows 6.0 (% of step time) and 0.95, not 0.05988858952686023 and
+    0.9520342892008682; the exact values are one entry away, under the verdict table's names."""
+    from pipelines.defs.reports.assets import report_metadata
+
+    verdict = {"bottleneck": "communication-bound", "explanation": "...", "exposed_comm_share": 0.05988858952686023,
+               "utilization": None, "full_rate_sf": 0.9871, "estimated_sf": 0.9520342892008682}
+    metadata = report_metadata(verdict, tmp_path / "run.html")
+    shown = {key: entry.value for key, entry in metadata.items() if isinstance(entry, dg.FloatMetadataValue)}
+    assert shown == {
+        "exposed communication (% of step time)": 6.0,
+        "scaling factor now, estimated (1 = ideal)": 0.95,
+        "scaling factor at full line rate (1 = ideal)": 0.99,
+    }
+    assert metadata["exact figures (verdict table)"].value == {
+        "exposed_comm_share": 0.05988858952686023, "estimated_sf": 0.9520342892008682, "full_rate_sf": 0.9871,
+    }
 
 
 def test_reanalysis_does_not_read_raw_traces(definitions, gloo_run, tmp_path):
@@ -223,11 +245,12 @@ def test_the_cli_writes_the_same_tables_with_and_without_dagster(tmp_path, monke
     from pipelines.warehouse import tables_differ
 
     paths = [str(p) for p in shared_trace_files()] + [str(TRACES / "hta_sampled_2rank")]
-    home = tmp_path / "dagster_home"
-    home.mkdir()
+    home = _dagster_home(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    wirespeed("ingest", *paths, "--warehouse", str(tmp_path / "direct"), "--quiet", env=env)
-    wirespeed("ingest", *paths, "--warehouse", str(tmp_path / "dagster"), "--quiet", env={**env, "DAGSTER_HOME": str(home)})
+    direct = wirespeed("ingest", *paths, "--warehouse", str(tmp_path / "direct"), "--quiet", env=env)
+    dagster = wirespeed("ingest", *paths, "--warehouse", str(tmp_path / "dagster"), "--quiet", env={**env, "DAGSTER_HOME": str(home)})
+    # A batch's warnings are printed as they are without Dagster, and nothing of Dagster's log.
+    assert "parse issues" in direct.stderr and dagster.stderr == direct.stderr
 
     direct, through = Warehouse(tmp_path / "direct"), Warehouse(tmp_path / "dagster")
     runs = direct.run_ids()
@@ -310,3 +333,37 @@ def test_the_sensor_looks_every_30_s_unless_told_otherwise():
     for bad in ("0", "5s", "-1", ""):
         with pytest.raises(ValueError, match="WIRESPEED_SENSOR_INTERVAL_S must be a whole number"):
             sensor_interval_s({"WIRESPEED_SENSOR_INTERVAL_S": bad})
+
+
+def _dagster_home(tmp_path):
+    """An instance folder as a user keeps one: configured (Dagster warns of a missing dagster.yaml)
+    and telemetry off (else Dagster greets the folder's first use)."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    return home
+
+
+def test_a_quiet_ingest_under_dagster_prints_the_results_and_warnings_only(tmp_path, monkeypatch):
+    """A run materialised alone in the instance: `--quiet` prints its result line, and its warning
+    after it as without Dagster, not Dagster's log line; the instance's event log still has it."""
+    from conftest import TRACES, wirespeed
+
+    trace = str(TRACES / "hta_ddp_nccl_meta_2024" / "nccl_data.json.gz")
+    home = _dagster_home(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    direct = wirespeed("ingest", trace, "--warehouse", str(tmp_path / "direct"), "--quiet", env=env)
+    dagster = wirespeed("ingest", trace, "--warehouse", str(tmp_path / "dagster"), "--quiet", env={**env, "DAGSTER_HOME": str(home)})
+    assert [line.split("; report ")[0] for line in dagster.stdout.splitlines()] == [
+        line.split("; report ")[0] for line in direct.stdout.splitlines()
+    ]
+    assert dagster.stderr == direct.stderr == "wirespeed ingest: nccl_data: 1 parse issues (0 errors); see the parse_issues table\n"
+
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    instance = dg.DagsterInstance.get()
+    try:
+        (run,) = instance.get_runs()
+        logged = [(entry.level, entry.user_message) for entry in instance.all_logs(run.run_id) if entry.dagster_event is None]
+    finally:
+        instance.dispose()
+    assert (logging.WARNING, "nccl_data: 1 parse issues (0 errors); see the parse_issues table") in logged

@@ -34,13 +34,27 @@ def run_report(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
     yield dg.AssetCheckResult(check_name="no_regression", **regression_check(compared, settings.regression_severity))
 
 
+# The verdict's figures as the asset catalog shows them: column, label with its unit, scale, and
+# the digits the report's tiles show.
+FIGURES = (
+    ("exposed_comm_share", "exposed communication (% of step time)", 100, 1),
+    ("utilization", "utilisation of the line rate (%)", 100, 0),
+    ("estimated_sf", "scaling factor now, estimated (1 = ideal)", 1, 2),
+    ("full_rate_sf", "scaling factor at full line rate (1 = ideal)", 1, 2),
+)
+
+
 def report_metadata(verdict: dict, path: Path) -> dict:
-    """What a report's materialisation carries: the verdict and its figures, and where the file is."""
-    figures = {name: float(verdict[name]) for name in ("exposed_comm_share", "utilization", "full_rate_sf", "estimated_sf")
-               if verdict[name] is not None}
+    """What a report's materialisation carries: the verdict, its figures as a person reads them
+    (numbers still, which the catalog plots across runs), their exact values as the verdict table
+    holds them, and where the file is."""
+    exact = {column: float(verdict[column]) for column, *_ in FIGURES if verdict[column] is not None}
+    shown = {label: dg.MetadataValue.float(round(exact[column] * scale, digits))
+             for column, label, scale, digits in FIGURES if column in exact}
     return {
         "verdict": dg.MetadataValue.md(f"**{verdict['bottleneck']}**. {verdict['explanation']}"),
-        **figures,
+        **shown,
+        "exact figures (verdict table)": dg.MetadataValue.json(exact),
         "path": dg.MetadataValue.path(str(path)),
         "url": dg.MetadataValue.url(path.as_uri()),
     }
