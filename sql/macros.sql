@@ -171,3 +171,8 @@ CREATE OR REPLACE MACRO group_text(pg_desc, pg_name) AS
 CREATE OR REPLACE MACRO stack_brief(stack, n) AS
   array_to_string(list_transform(string_split(stack, chr(10))[1:n], lambda f: regexp_replace(f, '\([^()]*/', '(')), ' ← ');
 
+
+-- A host's CPUs are saturated from this share of their time busy: what a collective took beyond its
+-- bits at the line rate is then the CPU's, which a faster link does not shorten (whatif_inputs).
+-- Below it, the CPUs had time to spare and that part is the protocol's.
+CREATE OR REPLACE MACRO cpu_saturated_share() AS 0.9;

@@ -8,12 +8,19 @@
 -- and link: collectives whose begin-to-end spans overlap on one rank and link form a busy period.
 -- They shared the link, so each takes the part of the period's length that its bits, 8 S f, are
 -- of the period's bits (the least such part it has on any of its ranks; equal parts where a size
--- is unknown). An equal part each, whatever its size, made a 2 KB bucket as long as the 1 MB
--- buckets beside it, and the line through them mostly latency. The part of a share no link
--- shortens is the latency of its op on its link: the intercept of a least-squares line of share
--- against the bits each rank sends over the run's collectives of that op and link (0 when they all
--- have one size; f is the bus-bandwidth factor of its op and group size, the share of S each rank
--- sends). The intercept needs no line rate, so the split
+-- is unknown; f is the bus-bandwidth factor of its op and group size, the share of S each rank
+-- sends). An equal part each, whatever its size, made a 2 KB bucket as long as the 1 MB buckets
+-- beside it, and the line through them mostly latency. Where the link's rate is known and the
+-- host's CPUs were saturated during the period (at least `cpu_saturated_share()` busy, or not
+-- sampled), the part of a period that a faster link shortens is what the host's link carried in
+-- it at that rate: the bits of every collective of the host's ranks on the link (ranks of one host
+-- share its NIC), each in proportion to how much of it fell in the period, over the rate, at most
+-- the whole period; each share splits in that proportion, and the rest, the CPU's, stays. Where
+-- the CPUs had time to spare, or the rate is unknown, the part no link shortens is the latency of
+-- its op on its link: the
+-- intercept of a least-squares line of share against the bits each rank sends over the run's
+-- collectives of that op and link (0 when they all have one size). That latency is also all
+-- that stays at full line rate (`latency_ns`). The intercept needs no line rate, so the split
 -- holds on a link of unknown rate too. `wire_ns` = 8 S f / link_gbps is the transfer at the run's
 -- full line rate. The rest of the share is transfer. How long a rank waited for a late rank is in
 -- neither: the replay finds it again from when the ranks arrive. A collective of unknown size is
@@ -129,14 +136,32 @@ host_traffic AS (
     AND w.begin_ns < p.period_end_ns AND w.collective_end_ns > p.period_start_ns
   GROUP BY p.rank, p.link, p.period
 ),
+cpu_windows AS (
+  -- Each host's CPUs between two samples: busy and all ticks.
+  SELECT split_part(host, '.', 1) AS host, lag(t_ns) OVER w AS start_ns, t_ns AS end_ns,
+    busy_ticks - lag(busy_ticks) OVER w AS busy, busy_ticks + idle_ticks - lag(busy_ticks + idle_ticks) OVER w AS ticks
+  FROM cpu_samples
+  WHERE cpu = -1
+  WINDOW w AS (PARTITION BY host ORDER BY t_ns)
+),
+host_cpu AS (
+  -- How busy the host's CPUs were during each of a rank's busy periods, where they were sampled.
+  SELECT p.rank, p.link, p.period, sum(c.busy) / nullif(sum(c.ticks), 0) AS cpu_busy
+  FROM periods AS p
+  JOIN cpu_windows AS c ON c.host = p.host AND c.start_ns < p.period_end_ns AND c.end_ns > p.period_start_ns
+  GROUP BY p.rank, p.link, p.period
+),
 linked AS (
-  -- The share of a period the link itself needed at its line rate (1 where its rate is unknown:
-  -- the latency line below decides then).
+  -- The share of a period the link itself needed at its line rate, where the rest was the CPU's:
+  -- its rate is known and the host's CPUs were not free (saturated, or not sampled). Where they had
+  -- time to spare, what the period took beyond the link's bits is the protocol using the link
+  -- badly, which a faster link speeds up too (NULL: the latency line below decides).
   SELECT s.*,
-    CASE WHEN s.link_gbps > 0 AND h.host_bits > 0
+    CASE WHEN s.link_gbps > 0 AND h.host_bits > 0 AND coalesce(c.cpu_busy, 1) >= cpu_saturated_share()
       THEN least(1.0, h.host_bits / s.link_gbps / greatest(s.period_end_ns - s.period_start_ns, 1)) END AS link_fraction
   FROM shared AS s
   LEFT JOIN host_traffic AS h USING (rank, link, period)
+  LEFT JOIN host_cpu AS c USING (rank, link, period)
 ),
 collective_shares AS (
   SELECT collective_key, any_value(op) AS op, any_value(link) AS link, any_value(bits) AS bits,
