@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import statistics
 
+import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import ingest_directly, wirespeed
 from pipelines import sql
@@ -145,6 +147,32 @@ def test_a_late_rank_is_waited_for_and_a_buffered_send_is_not(factors):
     assert (step_ns[:, 1] / MS).round(6).tolist() == [90, 80]
     # At any speed rank 0 still waits the 10 ms rank 1 was late.
     assert step_ns[0, 2] / MS == pytest.approx(80, abs=1e-3)
+
+
+collective_case = st.tuples(st.floats(0, 80), st.floats(0.5, 30), st.floats(0, 20), st.floats(0, 10), st.booleans(),
+                            st.sampled_from(["allreduce", "send"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(collective_case, min_size=1, max_size=6))
+def test_a_faster_link_never_slows_a_step_and_a_slower_one_never_speeds_it(factors, cases):
+    """Any collectives (begin, duration, how late rank 1 came, what no link shortens, whether the
+    ranks waited for it, all-reduce or send/receive), overlapping or not: each rank-step's replayed
+    length never grows with the line rate, as achieved or at full line rate."""
+    rows = []
+    for k, (begin, dur, late, rest, waited, op) in enumerate(cases):
+        for rank in (0, 1):
+            start = begin - (late if rank == 0 else 0)
+            rows.append({"rank": rank, "step": 1, "collective_key": f"c{k}",
+                         "op": op if op == "allreduce" else ("send", "recv")[rank],
+                         "start_ns": start, "end_ns": begin + dur, "begin_ns": begin, "collective_end_ns": begin + dur,
+                         "transfer_ns": max(dur - rest, 0), "rest_ns": min(rest, dur),
+                         "waited_ns": min(begin + dur - start, dur) if waited else 0, "tied": waited})
+    rates = [0.25, 0.5, 1.0, 2.0, 4.0]
+    step_ns, _ = Replay(inputs(rows), steps(120, 20), factors).run(
+        [Scenario(rate) for rate in rates] + [Scenario(rate, line_rate=True) for rate in rates])
+    for achieved, at_line_rate in zip(step_ns[:, :5], step_ns[:, 5:]):
+        assert (np.diff(achieved) <= 1e-6).all() and (np.diff(at_line_rate) <= 1e-6).all(), (achieved, at_line_rate)
 
 
 def test_whatif_refuses_the_other_models_options(shared_warehouse):
