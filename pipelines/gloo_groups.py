@@ -43,20 +43,24 @@ import pyarrow as pa
 STEP = "_gloo_groups_step"
 TABLE = "_gloo_groups"
 INSTANCES_QUERY = """
-WITH annotations AS (
+WITH device_ranks AS (
+  SELECT DISTINCT rank FROM _device_events
+),
+annotations AS (
   SELECT rank, tid, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, collective_op(name) AS op,
     coalesce(dims_elements(input_dims), -1) AS elements
   FROM trace_events
   WHERE ph = 'X' AND cat = 'user_annotation' AND name LIKE 'gloo:%' AND is_valid_interval(ts_ns, dur_ns)
-    AND rank NOT IN (SELECT rank FROM _device_events)
+    AND rank NOT IN (SELECT rank FROM device_ranks)
 ),
 calls AS (
-  -- The operators that call into c10d; a send's or receive's names its peer.
+  -- The operators that call a send or a receive, which name its peer.
   SELECT rank, tid, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, coalesce(dst_rank, src_rank) AS peer
   FROM trace_events
-  WHERE ph = 'X' AND cat = 'cpu_op' AND name LIKE 'c10d::%' AND rank NOT IN (SELECT rank FROM _device_events)
+  WHERE ph = 'X' AND cat = 'cpu_op' AND name IN ('c10d::send', 'c10d::recv_')
+    AND rank IN (SELECT DISTINCT rank FROM annotations)
 )
-SELECT a.*, c.end_ns >= a.start_ns AND a.op IN ('send', 'recv') AS called_here,
+SELECT a.*, coalesce(c.end_ns >= a.start_ns AND a.op IN ('send', 'recv'), false) AS called_here,
   CASE WHEN c.end_ns >= a.start_ns AND a.op IN ('send', 'recv') THEN c.peer END AS peer_in_group
 FROM annotations AS a
 ASOF LEFT JOIN calls AS c ON c.rank = a.rank AND c.tid = a.tid AND c.start_ns <= a.start_ns
