@@ -11,7 +11,7 @@ NCCL) with the collector's `wirespeed` section (collectors/fr_format.py):
   killing a hung job still leaves the dumps; on SIGUSR1 and SIGINT, after which the job goes on
   as before (SIGUSR1 is the usual "dump now" request, SIGINT becomes KeyboardInterrupt as ever);
 - when NCCL's watchdog times a collective out: with TORCH_NCCL_DUMP_ON_TIMEOUT it writes its own
-  dump (a pickle, which wirespeed does not read) to TORCH_FR_DUMP_TEMP_FILE<rank> before it ends
+  dump (a pickle, which ingest reads as plain values) to TORCH_FR_DUMP_TEMP_FILE<rank> before it ends
   the process; the watcher sees that file appear and writes the JSON beside it.
 
 Python runs signal handlers in the main thread only, between bytecodes: a rank waiting inside a

@@ -281,9 +281,16 @@ def digest(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_torchs_own_dumps_ingest_and_a_pickle_dump_is_refused(tmp_path, warehouse):
+def entries_of(warehouse: Path, run_id: str) -> list[dict]:
+    """A run's fr_entries as the matching sees them: every column but the run, the file and the stack."""
+    rows = sql_json(warehouse, f"SELECT * EXCLUDE (run_id, file, frames) FROM fr_entries WHERE run_id = '{run_id}' ORDER BY rank, record_id")
+    assert rows
+    return rows
+
+
+def test_torchs_own_dumps_ingest_as_json_and_as_pickles(tmp_path, warehouse):
     """A job that dumps its recorder itself, as torch writes it: JSON files named by rank, no
-    wirespeed section; and the same recorder as pickles."""
+    wirespeed section; and the same recorder as pickles, which give the same rows and the stacks."""
     dumps = tmp_path / "dumps"
     for form in ("json", "pickle"):
         (dumps / form).mkdir(parents=True)
@@ -292,25 +299,106 @@ def test_torchs_own_dumps_ingest_and_a_pickle_dump_is_refused(tmp_path, warehous
     subprocess.run([sys.executable, str(script), str(dumps)], cwd=REPO, env={**GLOO, "PYTHONPATH": str(REPO)}, check=True, timeout=120)
     before = digest(dumps)
 
-    ingested(dumps / "json", warehouse)
-    rows = sql_json(warehouse, "SELECT rank, rank_source, reason, entries FROM fr_dumps WHERE run_id = 'json' ORDER BY rank")
-    assert rows == [{"rank": r, "rank_source": "file name", "reason": None, "entries": 4} for r in (0, 1)]
-    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_mismatches WHERE run_id = 'json'") == [{"n": 0}]
-    (run,) = sql_json(warehouse, "SELECT source_kind, world_size FROM runs WHERE run_id = 'json'")
-    assert run == {"source_kind": "flight recorder folder", "world_size": 2}
+    for form in ("json", "pickle"):
+        ingested(dumps / form, warehouse)
+        rows = sql_json(warehouse, f"SELECT rank, rank_source, reason, entries FROM fr_dumps WHERE run_id = '{form}' ORDER BY rank")
+        assert rows == [{"rank": r, "rank_source": "file name", "reason": None, "entries": 4} for r in (0, 1)]
+        assert sql_json(warehouse, f"SELECT count(*) AS n FROM fr_mismatches WHERE run_id = '{form}'") == [{"n": 0}]
+        assert sql_json(warehouse, f"SELECT count(*) AS n FROM parse_issues WHERE run_id = '{form}'") == [{"n": 0}]
+        (run,) = sql_json(warehouse, f"SELECT source_kind, world_size FROM runs WHERE run_id = '{form}'")
+        assert run == {"source_kind": "flight recorder folder", "world_size": 2}
+    # The pickles' tuples and None times read as the JSON's lists and zeros; only they have stacks.
+    assert entries_of(warehouse, "pickle") == entries_of(warehouse, "json")
+    stacks = sql_json(warehouse, "SELECT run_id, count(frames) AS n FROM fr_entries GROUP BY run_id HAVING run_id IN ('json', 'pickle') ORDER BY run_id")
+    assert stacks == [{"run_id": "json", "n": 0}, {"run_id": "pickle", "n": 8}]
 
-    ingested(dumps / "pickle", warehouse)
-    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_entries WHERE run_id = 'pickle'") == [{"n": 0}]
-    refused = sql_json(warehouse, "SELECT file, severity, reason FROM parse_issues WHERE run_id = 'pickle' ORDER BY file")
-    assert [(Path(r["file"]).name, r["severity"]) for r in refused] == [("nccl_trace_rank_0", "error"), ("nccl_trace_rank_1", "error")]
-    assert all(r["reason"].startswith("refused: a Flight Recorder dump in pickle form") for r in refused)
-
-    # Side by side, the JSON is read and each pickle is only named.
+    # Side by side, each rank is read once, from its pickle, and its JSON is named.
     ingested(dumps, warehouse)
-    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_entries WHERE run_id = 'dumps'") == [{"n": 8}]
-    named = sql_json(warehouse, "SELECT severity, reason FROM parse_issues WHERE run_id = 'dumps' AND file LIKE '%pickle%'")
-    assert len(named) == 2 and all(r["severity"] == "info" and "JSON dump" in r["reason"] for r in named)
+    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_entries WHERE run_id = 'dumps' AND file LIKE '%/pickle/%'") == [{"n": 8}]
+    named = sql_json(warehouse, "SELECT file, severity, reason FROM parse_issues WHERE run_id = 'dumps' ORDER BY file")
+    assert [(Path(r["file"]).parent.name, r["severity"]) for r in named] == [("json", "warning"), ("json", "warning")]
+    assert all(r["reason"].startswith("not loaded: rank ") and "/pickle/nccl_trace_rank_" in r["reason"] for r in named)
     assert digest(dumps) == before
+
+
+HUNG_DUMPS = """
+import datetime, os, sys, time, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def run(rank, folder, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_FR_BUFFER_SIZE="100")
+    dist.init_process_group("gloo", rank=rank, world_size=3, timeout=datetime.timedelta(seconds=3))
+    tensor = torch.ones(16)
+    try:
+        for _ in range(4 if rank == 2 else 5):
+            dist.all_reduce(tensor)
+    except RuntimeError:
+        pass  # ranks 0 and 1 time out in the fifth, which rank 2 never enters
+    c10d = torch._C._distributed_c10d
+    for form, dump in (("json", c10d._dump_fr_trace_json), ("pickle", c10d._dump_fr_trace)):
+        with open(os.path.join(folder, form, f"rank{rank}"), "wb") as out:
+            out.write(dump())
+    if rank == 2:
+        time.sleep(6)  # until the others gave up
+
+if __name__ == "__main__":
+    from collectors.demo_ddp import free_port
+    mp.spawn(run, args=(sys.argv[1], free_port()), nprocs=3)
+"""
+
+
+def test_a_hung_jobs_pickled_dumps_name_the_missing_rank_as_its_json_dumps_do(tmp_path, warehouse):
+    dumps = tmp_path / "hung"
+    for form in ("json", "pickle"):
+        (dumps / form).mkdir(parents=True)
+    script = tmp_path / "hung_dumps.py"
+    script.write_text(HUNG_DUMPS)
+    subprocess.run([sys.executable, str(script), str(dumps)], cwd=REPO, env={**GLOO, "PYTHONPATH": str(REPO)}, check=True, timeout=120)
+    lines = {form: ingested(dumps / form, warehouse) for form in ("json", "pickle")}
+    found = {
+        form: sql_json(warehouse, f"SELECT * EXCLUDE (run_id) FROM fr_mismatches WHERE run_id = '{form}'")
+        for form in ("json", "pickle")
+    }
+    assert found["pickle"] == found["json"]
+    (row,) = found["pickle"]
+    assert (row["problem"], row["seq_id"], json.loads(row["missing_ranks"]), json.loads(row["entered_ranks"])) == ("rank missing", 5, [2], [0, 1])
+    assert lines["pickle"].startswith(f"pickle: HANG: {row['verdict']}")
+    assert entries_of(warehouse, "pickle") == entries_of(warehouse, "json")
+
+
+class RunsACommand:
+    """What a hostile pickle holds: loading it with pickle.load runs `touch <marker>`."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_hostile_pickle_runs_nothing_and_is_named(tmp_path, warehouse):
+    """Pickles that look like dumps (their first bytes name the recorder's keys) and would run a
+    command when loaded: in an entry (by protocol 4, STACK_GLOBAL), as a whole table (protocol 2, GLOBAL)."""
+    marker = tmp_path / "ran"
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    entry = {"collective_seq_id": 1, "profiling_name": "gloo:all_reduce", "input_sizes": RunsACommand(marker)}
+    hostile = {
+        "nccl_trace_rank_0": pickle.dumps({"version": "2.10", "pg_status": {}, "entries": [entry]}),
+        "nccl_trace_rank_1": pickle.dumps({"pg_config": {}, "pg_status": RunsACommand(marker)}, protocol=2),
+    }
+    for name, data in hostile.items():
+        pickle.loads(data)  # what loading it would do: run the command
+        assert marker.exists()
+        marker.unlink()
+        (folder / name).write_bytes(data)
+    ingested(folder, warehouse)
+    assert not marker.exists()
+    issues = sql_json(warehouse, "SELECT file, severity, reason FROM parse_issues WHERE run_id = 'hostile' ORDER BY file")
+    assert [(Path(i["file"]).name, i["severity"]) for i in issues] == [("nccl_trace_rank_0", "error"), ("nccl_trace_rank_1", "error")]
+    for issue in issues:
+        assert issue["reason"] == ("not loaded: a pickle that is not a plain Flight Recorder dump (it names the global "
+                                   f"{os.system.__module__}.system); nothing in it ran"), issue
+    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_entries WHERE run_id = 'hostile'") == [{"n": 0}]
 
 
 def test_a_damaged_dump_is_named_and_the_rest_of_the_run_ingests(clean, tmp_path, warehouse):

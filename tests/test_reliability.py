@@ -564,11 +564,41 @@ def test_file_names_with_quotes_spaces_and_unicode_ingest_and_are_named_exactly(
     assert digest(run) == inputs
 
 
-def test_nothing_loads_pickles():
-    """No code path unpickles anything a user hands over (Flight Recorder dumps are read as JSON only)."""
+def test_only_the_plain_unpickler_loads_pickles():
+    """One module unpickles what a user hands over: pipelines/plain_pickle.py, whose unpickler
+    refuses every global (test_flight_recorder ingests pickles that would run a command)."""
     pattern = re.compile(r"\b(import pickle|from pickle|pickle\.load|torch\.load|import dill|import shelve|marshal\.load)")
     offenders = [
-        str(path) for folder in ("pipelines", "collectors") for path in (REPO / folder).rglob("*.py")
+        str(path.relative_to(REPO)) for folder in ("pipelines", "collectors") for path in (REPO / folder).rglob("*.py")
         if pattern.search(path.read_text())
     ]
-    assert offenders == []
+    assert offenders == ["pipelines/plain_pickle.py"]
+
+
+def test_a_pickle_that_stands_for_more_than_it_holds_is_refused_at_once():
+    """Pickles of plain values that would hurt once read: one list named twice at each of 60 levels
+    (2^60 strings written out, from 2 KB), a list that holds itself, and values JSON has not."""
+    import pickle
+
+    from pipelines import plain_pickle
+
+    bomb: list = ["x" * 1000]
+    for _ in range(60):
+        bomb = [bomb, bomb]
+    looped: list = []
+    looped.append(looped)
+    cases = {
+        "stands for more than 64 times its size": {"entries": bomb},
+        "holds a container that holds itself": {"entries": looped},
+        "holds a bytes": {"entries": [b"\0"]},
+        "holds a set": {"entries": [{1}]},
+        "holds an integer past 64 bits": {"entries": [1 << 64]},
+        "holds a key of type int": {"entries": {1: 2}},
+    }
+    started = time.monotonic()
+    for reason, value in cases.items():
+        data = pickle.dumps(value, protocol=4)
+        with pytest.raises(plain_pickle.NotPlain, match=reason):
+            plain_pickle.load(data)
+    print(f"refused {len(cases)} pickles in {time.monotonic() - started:.3f} s")
+    assert plain_pickle.load(pickle.dumps({"entries": [(1, None, "a")], "n": 1 << 62})) == {"entries": [[1, None, "a"]], "n": 1 << 62}
