@@ -37,7 +37,7 @@ from pipelines.issues import ParseIssue
 
 MANIFEST = rundir.MANIFEST
 DONE_MARKER = rundir.DONE
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = rundir.TRACE_SUFFIXES
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 COLLECTOR_FOLDERS = (rundir.TRACES, rundir.NCCL, "samples", rundir.RANKS, rundir.HOSTS, rundir.OUTPUT, rundir.FR)
 _STRIP_SUFFIXES = (".gz", ".json", ".trace", ".pt", ".log", ".txt", ".out", ".err")
