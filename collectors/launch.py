@@ -2,7 +2,9 @@
 
 It creates the run folder, sets up NCCL's debug logging into it (one file per process, with
 timestamps where NCCL supports them), turns PyTorch's Flight Recorder on (and NCCL's dump of it on
-a timeout), tells the training processes where the folder is, samples the
+a timeout) and arms it in every Python process of the job that makes a process group (a
+`sitecustomize` put first on the job's PYTHONPATH, collectors/inject/), tells the training
+processes where the folder is, samples the
 host's network and CPU counters while the command runs, and once the command has exited (every rank
 has finished) takes the traces the job wrote to folders of its own (`--traces DIR`,
 collectors/job_traces.py) and writes the manifest and the `_DONE` marker, whatever the command's
@@ -36,6 +38,12 @@ NCCL_ENV = {
     "NCCL_DEBUG_TIMESTAMP_LEVELS": "ALL",
     "NCCL_DEBUG_TIMESTAMP_FORMAT": "[%F %T.%6f] ",
 }
+
+
+# The folder whose sitecustomize arms the Flight Recorder in every process of the job that makes a
+# process group (collectors/inject/sitecustomize.py); WIRESPEED_INJECT=0 leaves the job's path alone.
+INJECT_DIR = Path(__file__).resolve().parent / "inject"
+ENV_INJECT = "WIRESPEED_INJECT"
 
 
 def new_run_id() -> str:
@@ -88,6 +96,8 @@ def collect(
     environment[rundir.ENV_RUN_DIR] = str(run_dir.absolute())
     environment[rundir.ENV_RUN_ID] = run_id
     environment[rundir.ENV_LAUNCHER] = "1"
+    if os.environ.get(ENV_INJECT) != "0":
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, (str(INJECT_DIR), environment.get("PYTHONPATH"))))
     if link_gbps is not None:
         environment[rundir.ENV_LINK_GBPS] = str(link_gbps)
     if intra_link_gbps is not None:

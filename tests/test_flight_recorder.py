@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors.demo_ddp import free_port
 from conftest import REPO, wirespeed
 
 RANKS = 3
@@ -479,3 +480,178 @@ def test_a_collective_entered_by_all_and_finished_by_none_past_its_timeout_is_st
         "member that left a dump entered it: the collective itself hung (the network, a device or the library), not the "
         "order of calls; rank 2 left no dump"
     )
+
+
+# --- jobs in plain torch: no wirespeed code in them; `collect` arms the recorder itself -------------
+
+PLAIN_JOB = """
+import datetime, os, socket, sys, time, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def train(rank, world, fault, timeout_s):
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
+    tensor = torch.ones(64)
+    for step in range(5):
+        faulty = rank == world - 1 and step == 2
+        if faulty and fault == "skip":
+            print(f"rank {rank}: hanging at step {step}", flush=True)
+            time.sleep(600)
+        dist.all_reduce(tensor)
+        dist.broadcast(torch.zeros(128 if faulty and fault == "size" else 64), 0)
+    dist.destroy_process_group()
+
+def spawned(rank, port, fault, timeout_s):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    train(rank, 3, fault, timeout_s)
+
+if __name__ == "__main__":
+    fault, timeout_s = sys.argv[1], float(sys.argv[2])
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), fault, timeout_s)
+    else:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        mp.spawn(spawned, args=(port, fault, timeout_s), nprocs=3)
+"""
+# Each step: an all-reduce, then a broadcast; the last rank goes wrong at step 2.
+PLAIN_HUNG_SEQ = 5  # step 2's all-reduce
+PLAIN_RESIZED_SEQ = 6  # step 2's broadcast
+
+
+@pytest.fixture(scope="module")
+def plain_job(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("plain")
+    (folder / "job.py").write_text(PLAIN_JOB)
+    return folder
+
+
+def plain(plain_job: Path, launcher: str, fault: str, timeout_s: float) -> list[str]:
+    script = [str(plain_job / "job.py"), fault, str(timeout_s)]
+    if launcher == "torchrun":
+        return [str(Path(sys.executable).with_name("torchrun")), "--nproc-per-node", str(RANKS), "--master-port",
+                str(free_port()), *script]
+    return [sys.executable, *script]
+
+
+def collect_plain(landing: Path, run_id: str, command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", run_id,
+         "--sample-interval-ms", "0", "--", *command],
+        cwd=cwd, env={**GLOO, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
+    )
+
+
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
+def test_a_plain_jobs_skipped_collective_is_named_from_the_dumps_collect_arms(plain_job, landing, warehouse, launcher):
+    """Rank 2 sleeps in step 2; ranks 0 and 1 time out in its all-reduce after 3 s. Under
+    torch.multiprocessing the timeout ends their function and spawn exits them; under torchrun it
+    reaches the interpreter. Rank 2 is ended by its launcher (SIGTERM)."""
+    run_id = f"plain-skip-{launcher}"
+    done = collect_plain(landing, run_id, plain(plain_job, launcher, "skip", 3), plain_job)
+    assert done.returncode != 0 and "rank 2: hanging at step 2" in done.stdout + done.stderr
+    run = landing / run_id
+    assert done.stdout.splitlines()[-1].endswith("; no traces: pass --traces DIR, or use Capture")
+    sections = dump_sections(run)
+    assert sorted(sections) == [0, 1, 2]
+    expected = "exit" if launcher == "spawn" else "exception: "
+    assert all(sections[r]["reason"].startswith(expected) for r in (0, 1)) and sections[2]["reason"] == "SIGTERM", sections
+    if launcher == "torchrun":
+        assert all("Timed out" in sections[r]["reason"] for r in (0, 1))
+    assert all(s["process_groups"] == [{"name": "0", "desc": "default_pg", "ranks": [0, 1, 2]}] for s in sections.values())
+    line = ingested(run, warehouse)
+    (row,) = sql_json(warehouse, f"SELECT * FROM fr_mismatches WHERE run_id = '{run_id}'")
+    assert (row["problem"], row["seq_id"], json.loads(row["missing_ranks"]), json.loads(row["entered_ranks"])) == (
+        "rank missing", PLAIN_HUNG_SEQ, [2], [0, 1])
+    assert row["verdict"].startswith(f"rank 2 never entered all_reduce #{PLAIN_HUNG_SEQ} of default_pg: ranks 0, 1 waited in it (timeout 3 s)")
+    assert "its stack when dumped: train (job.py:" in row["verdict"]
+    assert line.startswith(f"{run_id}: HANG: {row['verdict']};")
+    title, text = report_sections(line)[0]
+    assert title == "Did the job hang, or its ranks disagree?" and html.escape(row["verdict"]) in text
+
+
+def test_a_plain_jobs_size_mismatch_is_named(plain_job, landing, warehouse):
+    done = collect_plain(landing, "plain-size", plain(plain_job, "spawn", "size", 30), plain_job)
+    assert done.returncode == 0, done.stderr
+    assert {r: s["reason"] for r, s in dump_sections(landing / "plain-size").items()} == {0: "exit", 1: "exit", 2: "exit"}
+    line = ingested(landing / "plain-size", warehouse)
+    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'plain-size'")
+    assert (row["problem"], row["seq_id"], json.loads(row["mismatched_ranks"])) == ("size mismatch", PLAIN_RESIZED_SEQ, [2])
+    assert row["detail"] == "ranks 0, 1: broadcast [[64]] Float; rank 2: broadcast [[128]] Float"
+    assert line.startswith(f"plain-size: MISMATCH: {row['verdict']};")
+
+
+def test_a_plain_torchrun_job_hung_and_ended_by_sigterm_leaves_every_dump(plain_job, landing, warehouse):
+    """The process group's timeout far away (120 s): ranks 0 and 1 wait inside the all-reduce, in
+    C++, and rank 2 sleeps, until a scheduler sends SIGTERM to every process of the job."""
+    run, output = landing / "plain-killed", landing / "plain-killed.log"
+    argv = [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", "plain-killed",
+            "--sample-interval-ms", "0", "--", *plain(plain_job, "torchrun", "skip", 120)]
+    with open(output, "w") as sink:
+        launcher = subprocess.Popen(argv, cwd=plain_job, env={**GLOO, "PYTHONPATH": str(REPO)}, stdout=sink,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: "hanging at step" in output.read_text(), 120)
+        time.sleep(2)  # ranks 0 and 1 reach the all-reduce
+        os.killpg(launcher.pid, signal.SIGTERM)
+        launcher.wait(timeout=60)
+        wait_for(lambda: not session(launcher.pid), 30)
+    finally:
+        for pid in session(launcher.pid):
+            os.kill(pid, signal.SIGKILL)
+    sections = dump_sections(run)
+    assert sorted(sections) == [0, 1, 2] and all(s["reason"] == "SIGTERM" for s in sections.values()), sections
+    for rank in (0, 1):  # dumped while waiting inside the collective
+        (main, *_) = sections[rank]["stacks"]
+        assert main["main"] and main["frames"][0]["name"] == "all_reduce", main["frames"][:3]
+    assert (run / "_DONE").is_file()
+    line = ingested(run, warehouse)
+    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'plain-killed'")
+    assert (row["problem"], row["seq_id"], json.loads(row["missing_ranks"])) == ("rank missing", PLAIN_HUNG_SEQ, [2])
+    assert f"HANG: {row['verdict']}" in line
+
+
+def test_the_injection_chains_the_jobs_sitecustomize_and_arms_nothing_without_a_process_group(tmp_path):
+    """A process that imports torch.distributed but makes no process group gets no recorder; the
+    job's own sitecustomize still runs; WIRESPEED_INJECT=0 leaves the job's path alone."""
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['JOBS_OWN_SITECUSTOMIZE'] = 'ran'\n")
+    probe = ("import os, sys, torch.distributed as dist; "
+             "print(os.environ.get('JOBS_OWN_SITECUSTOMIZE'), 'collectors.flight_recorder' in sys.modules, "
+             "dist.init_process_group.__code__.co_filename.endswith('sitecustomize.py'))")
+    env = {**GLOO, "PYTHONPATH": os.pathsep.join((str(own), str(REPO)))}
+    for inject, printed in (("1", "ran False True"), ("0", "ran False False")):
+        result = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(tmp_path), "--run-id", f"probe{inject}",
+             "--sample-interval-ms", "0", "--", sys.executable, "-c", probe],
+            cwd=tmp_path, env=env | {"WIRESPEED_INJECT": inject}, capture_output=True, text=True, timeout=120,
+        )
+        assert result.stdout.splitlines()[0] == printed, result.stderr
+        assert list((tmp_path / f"probe{inject}" / "fr").iterdir()) == []
+
+
+ONE_RECORDER = """
+import os, threading, torch.distributed as dist
+from collectors import flight_recorder
+from collectors.capture import Capture
+
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+dist.init_process_group("gloo", rank=0, world_size=1)
+armed = flight_recorder.current()
+with Capture(wait=0, warmup=0, active=1) as capture:
+    print(armed is not None, capture.recorder is armed, sum(t.name == "wirespeed-fr" for t in threading.enumerate()))
+dist.destroy_process_group()
+"""
+
+
+def test_a_job_that_uses_capture_gets_one_recorder(tmp_path):
+    script = tmp_path / "one.py"
+    script.write_text(ONE_RECORDER)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(tmp_path), "--run-id", "one",
+         "--sample-interval-ms", "0", "--", sys.executable, str(script)],
+        cwd=tmp_path, env={**GLOO, "PYTHONPATH": str(REPO), "PORT": str(free_port())}, capture_output=True, text=True, timeout=120,
+    )
+    assert result.stdout.splitlines()[0] == "True True 1", result.stderr
+    (section,) = dump_sections(tmp_path / "one").values()
+    assert section["reason"] == "end" and section["earlier"] == []  # Capture's last dump, and no other
