@@ -495,6 +495,8 @@ def train(rank, world, fault, timeout_s):
         if faulty and fault == "skip":
             print(f"rank {rank}: hanging at step {step}", flush=True)
             time.sleep(600)
+        if faulty and fault == "leave":
+            return
         dist.all_reduce(tensor)
         dist.broadcast(torch.zeros(128 if faulty and fault == "size" else 64), 0)
     dist.destroy_process_group()
@@ -567,6 +569,19 @@ def test_a_plain_jobs_skipped_collective_is_named_from_the_dumps_collect_arms(pl
     assert line.startswith(f"{run_id}: HANG: {row['verdict']};")
     title, text = report_sections(line)[0]
     assert title == "Did the job hang, or its ranks disagree?" and html.escape(row["verdict"]) in text
+
+
+def test_a_plain_jobs_rank_that_leaves_early_is_named_though_it_dumped_first(plain_job, landing, warehouse):
+    """Rank 2 returns at step 2 and its process exits, dumping, before the others enter the
+    all-reduce it left them in; they fail at once (the connection closed) or at the timeout."""
+    done = collect_plain(landing, "plain-leave", plain(plain_job, "spawn", "leave", 3), plain_job)
+    assert done.returncode != 0
+    sections = dump_sections(landing / "plain-leave")
+    assert {r: s["reason"] for r, s in sections.items()} == {0: "exit", 1: "exit", 2: "exit"}
+    line = ingested(landing / "plain-leave", warehouse)
+    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'plain-leave'")
+    assert (row["problem"], row["seq_id"], json.loads(row["missing_ranks"])) == ("rank missing", PLAIN_HUNG_SEQ, [2])
+    assert line.startswith(f"plain-leave: HANG: rank 2 never entered all_reduce #{PLAIN_HUNG_SEQ} of default_pg")
 
 
 def test_a_plain_jobs_size_mismatch_is_named(plain_job, landing, warehouse):
