@@ -56,7 +56,10 @@ class _Watch:
 
             def exec_module(module):
                 run(module)
-                _patch(module)
+                try:
+                    _patch(module)
+                except Exception as failure:  # another torch: the job must not notice
+                    _warn(failure)
 
             spec.loader.exec_module = exec_module
         return spec
@@ -78,15 +81,24 @@ def _patch(module) -> None:
 
 def _arm() -> None:
     try:
-        if _ROOT not in sys.path:
+        added = _ROOT not in sys.path
+        if added:
             sys.path.append(_ROOT)  # last: the job's own modules come first
-        from collectors import flight_recorder
+        try:
+            from collectors import flight_recorder
+        finally:
+            if added:  # nothing else of wirespeed's environment leaks into the job's
+                sys.path.remove(_ROOT)
 
         if os.path.dirname(os.path.dirname(os.path.abspath(flight_recorder.__file__))) != _ROOT:
             raise ImportError(f"the job's own `collectors` ({flight_recorder.__file__}) hides wirespeed's")
         flight_recorder.arm(os.environ["WIRESPEED_RUN_DIR"])
     except Exception as failure:  # the job must not notice
-        print(f"wirespeed: the Flight Recorder is not armed in process {os.getpid()}: {failure!r}", file=sys.stderr)
+        _warn(failure)
+
+
+def _warn(failure: Exception) -> None:
+    print(f"wirespeed: the Flight Recorder is not armed in process {os.getpid()}: {failure!r}", file=sys.stderr)
 
 
 try:
