@@ -120,7 +120,6 @@ class Recorder:
         self._groups: list[dict] = []  # the last groups seen: they outlive destroy_process_group
         self._started = False
         self.stopped = False
-        self.pid = os.getpid()  # a forked child (a data loader's worker) inherits the handlers, not the recorder
 
     # --- arming and disarming ------------------------------------------------------------------
 
@@ -151,6 +150,23 @@ class Recorder:
             self._previous[signum] = signal.signal(signum, self._on_signal)
         self._watcher = threading.Thread(target=self._watch, name="wirespeed-fr", daemon=True)
         self._watcher.start()
+        os.register_at_fork(after_in_child=self._leave_to_parent)
+
+    def _leave_to_parent(self) -> None:
+        """In a forked child (a data loader's worker): the recorder is the parent's. The child's
+        signals must neither dump the parent's rank nor reach its watcher through the inherited
+        wakeup fd (which would take a worker's SIGTERM for the rank's, and end the rank)."""
+        global _current
+        if self._pipe is None or self.stopped:
+            return
+        if threading.current_thread() is threading.main_thread():
+            signal.set_wakeup_fd(-1)
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+        self._pipe, self._watcher, self.stopped = None, None, True
+        if _current is self:
+            _current = None
 
     def stop(self, reason: str, failure: BaseException | None = None) -> None:
         """Dump one last time, then put back the handlers and the wakeup fd as they were."""
@@ -237,10 +253,6 @@ class Recorder:
         """The main thread's handler: the watcher dumps (or, without one, this does), then SIGTERM
         goes on to what handled it before."""
         watched = self._watcher is not None and self._watcher.is_alive() and self._pipe is not None
-        if os.getpid() != self.pid:
-            signal.signal(signum, self._previous.get(signum, signal.SIG_DFL) or signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
         if signum == ENDING:
             self._ending_handled.set()
             if watched:

@@ -670,3 +670,44 @@ def test_a_job_that_uses_capture_gets_one_recorder(tmp_path):
     assert result.stdout.splitlines()[0] == "True True 1", result.stderr
     (section,) = dump_sections(tmp_path / "one").values()
     assert section["reason"] == "end" and section["earlier"] == []  # Capture's last dump, and no other
+
+
+FORKS_A_WORKER = """
+import multiprocessing, os, time, torch, torch.distributed as dist
+
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+dist.init_process_group("gloo", rank=0, world_size=1)
+dist.all_reduce(torch.ones(4))
+
+def work():
+    print(os.getpid(), flush=True)  # a signal that comes sooner may precede the child's at-fork hooks
+    time.sleep(60)
+
+worker = multiprocessing.get_context("fork").Process(target=work)
+worker.start()
+worker.join()
+time.sleep(3)  # longer than the recorder gives a rank stuck on SIGTERM
+print(worker.exitcode, os.path.exists(os.path.join(os.environ["WIRESPEED_RUN_DIR"], "fr", "rank0.json")), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_forked_workers_sigterm_ends_the_worker_only_and_dumps_nothing(tmp_path):
+    """A data loader's worker, forked from a rank with an armed recorder, inherits its signal
+    handlers and the wakeup fd its watcher reads: SIGTERM to the worker (as a data loader's
+    shutdown sends) must end the worker alone, without a dump of the rank or an end of the rank."""
+    script = tmp_path / "forks.py"
+    script.write_text(FORKS_A_WORKER)
+    launched = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(tmp_path), "--run-id", "forks",
+         "--sample-interval-ms", "0", "--", sys.executable, str(script)],
+        cwd=tmp_path, env={**GLOO, "PYTHONPATH": str(REPO), "PORT": str(free_port())}, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        os.kill(int(launched.stdout.readline()), signal.SIGTERM)
+        assert launched.stdout.readline().split() == [str(-signal.SIGTERM), "False"]
+        assert launched.wait(timeout=60) == 0
+    finally:
+        launched.kill()
+    (section,) = dump_sections(tmp_path / "forks").values()
+    assert section["reason"] == "exit" and section["earlier"] == []
