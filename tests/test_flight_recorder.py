@@ -584,23 +584,27 @@ def test_a_plain_jobs_rank_that_leaves_early_is_named_though_it_dumped_first(pla
     assert line.startswith(f"plain-leave: HANG: rank 2 never entered all_reduce #{PLAIN_HUNG_SEQ} of default_pg")
 
 
-def test_a_plain_jobs_size_mismatch_is_named(plain_job, landing, warehouse):
-    done = collect_plain(landing, "plain-size", plain(plain_job, "spawn", "size", 30), plain_job)
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
+def test_a_plain_jobs_size_mismatch_is_named(plain_job, landing, warehouse, launcher):
+    run_id = f"plain-size-{launcher}"
+    done = collect_plain(landing, run_id, plain(plain_job, launcher, "size", 30), plain_job)
     assert done.returncode == 0, done.stderr
-    assert {r: s["reason"] for r, s in dump_sections(landing / "plain-size").items()} == {0: "exit", 1: "exit", 2: "exit"}
-    line = ingested(landing / "plain-size", warehouse)
-    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'plain-size'")
+    assert {r: s["reason"] for r, s in dump_sections(landing / run_id).items()} == {0: "exit", 1: "exit", 2: "exit"}
+    line = ingested(landing / run_id, warehouse)
+    (row,) = sql_json(warehouse, f"SELECT * FROM fr_mismatches WHERE run_id = '{run_id}'")
     assert (row["problem"], row["seq_id"], json.loads(row["mismatched_ranks"])) == ("size mismatch", PLAIN_RESIZED_SEQ, [2])
     assert row["detail"] == "ranks 0, 1: broadcast [[64]] Float; rank 2: broadcast [[128]] Float"
-    assert line.startswith(f"plain-size: MISMATCH: {row['verdict']};")
+    assert line.startswith(f"{run_id}: MISMATCH: {row['verdict']};")
 
 
-def test_a_plain_torchrun_job_hung_and_ended_by_sigterm_leaves_every_dump(plain_job, landing, warehouse):
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
+def test_a_plain_job_hung_and_ended_by_sigterm_leaves_every_dump(plain_job, landing, warehouse, launcher):
     """The process group's timeout far away (120 s): ranks 0 and 1 wait inside the all-reduce, in
     C++, and rank 2 sleeps, until a scheduler sends SIGTERM to every process of the job."""
-    run, output = landing / "plain-killed", landing / "plain-killed.log"
-    argv = [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", "plain-killed",
-            "--sample-interval-ms", "0", "--", *plain(plain_job, "torchrun", "skip", 120)]
+    run_id = f"plain-killed-{launcher}"
+    run, output = landing / run_id, landing / f"{run_id}.log"
+    argv = [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", run_id,
+            "--sample-interval-ms", "0", "--", *plain(plain_job, launcher, "skip", 120)]
     with open(output, "w") as sink:
         launcher = subprocess.Popen(argv, cwd=plain_job, env={**GLOO, "PYTHONPATH": str(REPO)}, stdout=sink,
                                     stderr=subprocess.STDOUT, start_new_session=True)
@@ -620,7 +624,7 @@ def test_a_plain_torchrun_job_hung_and_ended_by_sigterm_leaves_every_dump(plain_
         assert main["main"] and main["frames"][0]["name"] == "all_reduce", main["frames"][:3]
     assert (run / "_DONE").is_file()
     line = ingested(run, warehouse)
-    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'plain-killed'")
+    (row,) = sql_json(warehouse, f"SELECT * FROM fr_mismatches WHERE run_id = '{run_id}'")
     assert (row["problem"], row["seq_id"], json.loads(row["missing_ranks"])) == ("rank missing", PLAIN_HUNG_SEQ, [2])
     assert f"HANG: {row['verdict']}" in line
 
