@@ -84,8 +84,9 @@ class Capture:
         self.rank, self.world_size = _rank_and_world()
         if self.flight_recorder_dumps:
             try:
-                self.recorder = flight_recorder.Recorder(self.run_dir, self.rank, self.world_size)
-                self.recorder.start()
+                # One recorder a process: `wirespeed collect` may have armed it at init_process_group.
+                self.recorder = flight_recorder.current() or flight_recorder.Recorder(self.run_dir, self.rank, self.world_size)
+                self.recorder.start()  # nothing to do when armed already
             except Exception as failure:  # the dumps are optional; training is not
                 self.recorder = None
                 self._fail("flight recorder", failure)

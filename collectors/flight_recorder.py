@@ -2,16 +2,19 @@
 
 The recorder keeps the last `TORCH_FR_BUFFER_SIZE` collectives of every process group (what,
 how big, in which order, in which state) at a cost too small to measure (docs/flight-recorder.md).
-`wirespeed collect` turns it on for the job; `Capture` runs a `Recorder`, which writes
+`wirespeed collect` turns it on for the job, and arms a `Recorder` in every process of it that
+makes a process group (`arm`, called by collectors/inject/sitecustomize.py; or `Capture` runs
+one: a process has at most one, `current()`). The recorder writes
 `fr/rank<R>.json` (and `fr/rank<R>.nccl.json`, ProcessGroupNCCL's own recorder, on builds with
 NCCL) with the collector's `wirespeed` section (collectors/fr_format.py):
 
-- when the job ends, normally or by an exception (a gloo collective's timeout raises one);
+- when the job ends, normally or by an exception (a gloo collective's timeout raises one; armed
+  without `Capture`, an exception that reaches the interpreter, or the process's exit);
 - on SIGTERM, after which the process ends as SIGTERM would have ended it, so that a scheduler
   killing a hung job still leaves the dumps; on SIGUSR1 and SIGINT, after which the job goes on
   as before (SIGUSR1 is the usual "dump now" request, SIGINT becomes KeyboardInterrupt as ever);
 - when NCCL's watchdog times a collective out: with TORCH_NCCL_DUMP_ON_TIMEOUT it writes its own
-  dump (a pickle, which wirespeed does not read) to TORCH_FR_DUMP_TEMP_FILE<rank> before it ends
+  dump (a pickle, which ingest reads as plain values) to TORCH_FR_DUMP_TEMP_FILE<rank> before it ends
   the process; the watcher sees that file appear and writes the JSON beside it.
 
 Python runs signal handlers in the main thread only, between bytecodes: a rank waiting inside a
@@ -24,6 +27,7 @@ the watcher ends the process itself, as SIGTERM would have.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -66,6 +70,37 @@ def launch_environment(run_dir: Path) -> dict[str, str]:
     }
 
 
+def current() -> Recorder | None:
+    """This process's armed recorder, if any: `Capture` uses it rather than arming a second."""
+    return _current
+
+
+def arm(run_dir: Path) -> Recorder | None:
+    """Arm a recorder in a process that has just made its default process group without one (the
+    job runs without `Capture`): it dumps on SIGTERM, SIGUSR1 and SIGINT, on an exception that
+    reaches the interpreter, and when the process exits. None when one is armed already."""
+    if _current is not None:
+        return None
+    import torch.distributed as dist
+
+    recorder = Recorder(run_dir, dist.get_rank(), dist.get_world_size())
+    recorder.start()
+    previous_hook = sys.excepthook
+
+    def on_exception(kind, value, trace):
+        if not recorder.stopped:
+            recorder.stop(_exception_reason(value), value)
+        previous_hook(kind, value, trace)
+
+    sys.excepthook = on_exception
+    atexit.register(lambda: recorder.stopped or recorder.stop("exit"))
+    return recorder
+
+
+def _exception_reason(failure: BaseException) -> str:
+    return f"exception: {''.join(traceback.format_exception_only(failure)).strip()[:500]}"
+
+
 class Recorder:
     """Writes this process's Flight Recorder dumps into `<run_dir>/fr/`; never raises into the job."""
 
@@ -82,12 +117,21 @@ class Recorder:
         self._stopping = threading.Event()
         self._ending_dumped = threading.Event()  # the watcher has dumped for SIGTERM
         self._ending_handled = threading.Event()  # the main thread's handler has run for SIGTERM
+        self._groups: list[dict] = []  # the last groups seen: they outlive destroy_process_group
+        self._started = False
+        self.stopped = False
 
     # --- arming and disarming ------------------------------------------------------------------
 
     def start(self) -> None:
         """Install the signal handlers and start the watcher (from the main thread only: signals
-        belong to it; elsewhere the job is dumped when it ends and nothing else)."""
+        belong to it; elsewhere the job is dumped when it ends and nothing else). Once only."""
+        global _current
+        if self._started:
+            return
+        self._started = True
+        if _current is None:
+            _current = self
         if threading.current_thread() is not threading.main_thread():
             return
         read, write = os.pipe()
@@ -106,10 +150,31 @@ class Recorder:
             self._previous[signum] = signal.signal(signum, self._on_signal)
         self._watcher = threading.Thread(target=self._watch, name="wirespeed-fr", daemon=True)
         self._watcher.start()
+        os.register_at_fork(after_in_child=self._leave_to_parent)
+
+    def _leave_to_parent(self) -> None:
+        """In a forked child (a data loader's worker): the recorder is the parent's. The child's
+        signals must neither dump the parent's rank nor reach its watcher through the inherited
+        wakeup fd (which would take a worker's SIGTERM for the rank's, and end the rank)."""
+        global _current
+        if self._pipe is None or self.stopped:
+            return
+        if threading.current_thread() is threading.main_thread():
+            signal.set_wakeup_fd(-1)
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+        self._pipe, self._watcher, self.stopped = None, None, True
+        if _current is self:
+            _current = None
 
     def stop(self, reason: str, failure: BaseException | None = None) -> None:
         """Dump one last time, then put back the handlers and the wakeup fd as they were."""
+        global _current
         self.dump(reason, failure)
+        self.stopped = True
+        if _current is self:
+            _current = None
         if threading.current_thread() is threading.main_thread():
             for signum, previous in self._previous.items():
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
@@ -163,10 +228,15 @@ class Recorder:
             fr.REASON: reason,
             fr.DUMPED_AT_NS: now,
             fr.BUFFER_ENTRIES: buffer,
-            fr.GROUPS: _process_groups(),
+            fr.GROUPS: self._known_groups(),
             fr.STACKS: _stacks(failure),
             fr.EARLIER: list(self._earlier),
         }
+
+    def _known_groups(self) -> list[dict]:
+        """The process groups now, or as last seen when the job has destroyed them (an exit dump)."""
+        self._groups = _process_groups() or self._groups
+        return self._groups
 
     def _write(self, name: str, data: dict) -> Path:
         """Write a dump so that a reader sees the old file or the whole new one."""
@@ -298,4 +368,5 @@ def _stacks(failure: BaseException | None = None) -> list[dict]:
 
 
 # Frames of these files are the collector's, not the job's.
-_OWN_FILES = (__file__, str(Path(__file__).with_name("capture.py")))
+_OWN_FILES = (__file__, str(Path(__file__).with_name("capture.py")), str(Path(__file__).parent / "inject" / "sitecustomize.py"))
+_current: Recorder | None = None

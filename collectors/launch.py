@@ -2,10 +2,13 @@
 
 It creates the run folder, sets up NCCL's debug logging into it (one file per process, with
 timestamps where NCCL supports them), turns PyTorch's Flight Recorder on (and NCCL's dump of it on
-a timeout), tells the training processes where the folder is, samples the
+a timeout) and arms it in every Python process of the job that makes a process group (a
+`sitecustomize` put first on the job's PYTHONPATH, collectors/inject/), tells the training
+processes where the folder is, samples the
 host's network and CPU counters while the command runs, and once the command has exited (every rank
-has finished) writes the manifest and the `_DONE` marker, whatever the command's exit status: a
-failed run is still worth analysing.
+has finished) takes the traces the job wrote to folders of its own (`--traces DIR`,
+collectors/job_traces.py) and writes the manifest and the `_DONE` marker, whatever the command's
+exit status: a failed run is still worth analysing.
 
 On a cluster, every host runs its own `wirespeed collect --nnodes N --run-id SAME` into one shared
 landing folder, around its own launcher. Each host records its launch in `hosts/<host>.json`; the
@@ -24,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-from collectors import flight_recorder, host, manifest, rundir
+from collectors import flight_recorder, host, job_traces, manifest, rundir
 from collectors.sampler import Sampler, safe_host
 
 # NCCL's INIT lines give communicators, ranks, devices and transports; COLL lines give every
@@ -35,6 +38,12 @@ NCCL_ENV = {
     "NCCL_DEBUG_TIMESTAMP_LEVELS": "ALL",
     "NCCL_DEBUG_TIMESTAMP_FORMAT": "[%F %T.%6f] ",
 }
+
+
+# The folder whose sitecustomize arms the Flight Recorder in every process of the job that makes a
+# process group (collectors/inject/sitecustomize.py); WIRESPEED_INJECT=0 leaves the job's path alone.
+INJECT_DIR = Path(__file__).resolve().parent / "inject"
+ENV_INJECT = "WIRESPEED_INJECT"
 
 
 def new_run_id() -> str:
@@ -51,13 +60,15 @@ def collect(
     sample_interval_ms: float = 100,
     nnodes: int = 1,
     quiet: bool = False,
+    traces: list[str] | None = None,
 ) -> tuple[Path, int]:
     """Run `command` with the run folder set up; return the folder and the command's exit code.
 
     With `nnodes` > 1 this is one of the run's hosts: the folder may exist already (another host
     made it) and the run id must be given, the same on every host. `quiet` sends the command's
     output to `output/<host>.log` in the run folder instead of this terminal (it is read as a log:
-    PyTorch's watchdog writes there).
+    PyTorch's watchdog writes there). `traces` are the folders (globs allowed) where the job
+    writes traces of its own.
     """
     if not command:
         raise ValueError("no command to run")
@@ -85,6 +96,8 @@ def collect(
     environment[rundir.ENV_RUN_DIR] = str(run_dir.absolute())
     environment[rundir.ENV_RUN_ID] = run_id
     environment[rundir.ENV_LAUNCHER] = "1"
+    if os.environ.get(ENV_INJECT) != "0":
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, (str(INJECT_DIR), environment.get("PYTHONPATH"))))
     if link_gbps is not None:
         environment[rundir.ENV_LINK_GBPS] = str(link_gbps)
     if intra_link_gbps is not None:
@@ -92,12 +105,15 @@ def collect(
     sampler = Sampler(run_dir, sample_interval_ms / 1000) if sample_interval_ms > 0 else None
     if sampler:
         sampler.start()
+    traces = traces or []
+    before = job_traces.snapshot(traces)
     started = time.time_ns()
     output = run_dir / rundir.OUTPUT / f"{safe_host(host.hostname())}.log" if quiet else None
     try:
         exit_code = _run(command, environment, output)
     finally:
         sampling = [sampler.stop() | {"host": host.hostname()}] if sampler else []
+    taken = job_traces.take(traces, before, run_dir, safe_host(host.hostname()))
     launch = {
         "command": command,
         # NCCL writes local wall-clock timestamps; this says which zone they are in.
@@ -107,6 +123,7 @@ def collect(
         "ended_ns": time.time_ns(),
         "exit_code": exit_code,
         "sampling": sampling,
+        "job_traces": taken,
     }
     rundir.write_json_atomically(host_file, launch)
     if _last_to_finish(run_dir, nnodes):

@@ -67,6 +67,7 @@ def merge_launches(launches: list[dict]) -> dict:
         "ended_ns": max(h["ended_ns"] for h in launches),
         "exit_code": failed[0] if failed else 0,
         "sampling": [s for h in launches for s in h.get("sampling", [])],
+        "job_traces": [t | {"host": h.get("launcher_host")} for h in launches for t in h.get("job_traces", [])],
         "launches": launches,
     }
 

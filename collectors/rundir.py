@@ -2,6 +2,7 @@
 
     <landing>/<run_id>/
         traces/rank<R>.pt.trace.json      one profiler trace per rank (per cycle: rank<R>.cycle<K>...)
+        traces/<host>/<DIR>/...           the job's own traces, taken by `wirespeed collect --traces DIR`
         ranks/rank<R>.json               what each rank knows about itself (host, device, link, failures)
         nccl/nccl.<host>.<pid>.log        NCCL debug log, one per process
         fr/rank<R>.json                  the rank's Flight Recorder dump, JSON (rank<R>.nccl.json: NCCL's)
@@ -29,6 +30,8 @@ OUTPUT = "output"
 FINISH_CLAIM = "hosts/.finishing"
 MANIFEST = "manifest.json"
 DONE = "_DONE"
+# A trace file's name ends so (Kineto's `.pt.trace.json`, torch.profiler's `.json.gz` export).
+TRACE_SUFFIXES = (".json", ".json.gz")
 
 # Set by `wirespeed collect` for the training processes it starts.
 ENV_RUN_DIR = "WIRESPEED_RUN_DIR"
@@ -44,6 +47,11 @@ def write_json_atomically(path: Path, data: dict) -> None:
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     temporary.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
     os.replace(temporary, path)
+
+
+def has_traces(run_dir: Path) -> bool:
+    """Whether the run folder holds any trace file (Capture's, or the job's own taken by `--traces`)."""
+    return any(p.is_file() and p.name.endswith(TRACE_SUFFIXES) for p in (run_dir / TRACES).rglob("*"))
 
 
 def read_rank_files(run_dir: Path) -> list[dict]:

@@ -2,6 +2,7 @@
 
     wirespeed collect --landing DIR [--run-id ID] -- COMMAND...   capture a training run
         [--nnodes N]                                              (on each of N hosts, same run id)
+        [--traces DIR]                                            (take the traces the job writes there)
     wirespeed ingest PATH... [--warehouse DIR]                    ingest runs (Dagster, in-process)
     wirespeed sql "QUERY" [--format table|csv|json] [--run ID]... query the warehouse (those runs only)
     wirespeed report RUN_ID [-o FILE]                             write a run's HTML report
@@ -44,6 +45,7 @@ def _tags(values: list[str]) -> dict[str, str]:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
+    from collectors import rundir
     from collectors.launch import collect
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -54,9 +56,10 @@ def cmd_collect(args: argparse.Namespace) -> int:
         tags["job"] = args.job
     run_dir, exit_code = collect(
         _landing_dir(args.landing), command, args.run_id, args.link_gbps, tags, args.intra_link_gbps, args.sample_interval_ms,
-        args.nnodes,
+        args.nnodes, traces=args.traces,
     )
-    print(f"run folder: {run_dir} (command exited with {exit_code})")
+    missing = "" if rundir.has_traces(run_dir) else "; no traces: pass --traces DIR, or use Capture"
+    print(f"run folder: {run_dir} (command exited with {exit_code}){missing}")
     return exit_code
 
 
@@ -161,6 +164,11 @@ def parser() -> argparse.ArgumentParser:
     collect.add_argument(
         "--nnodes", type=int, default=1,
         help="hosts taking part: run collect on each with the same --run-id; the last to finish writes the manifest",
+    )
+    collect.add_argument(
+        "--traces", action="append", default=[], metavar="DIR",
+        help="a folder (a glob allowed) where the job writes its own traces: those it writes while it runs are "
+             "copied into the run folder (repeatable)",
     )
     collect.add_argument("--job", help="job tag, to group runs of one job (same as --tag job=NAME)")
     collect.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag for the manifest (repeatable)")

@@ -1,11 +1,13 @@
-"""Read Flight Recorder dumps, JSON only, into the rows of fr_dumps, fr_entries and fr_process_groups.
+"""Read Flight Recorder dumps into the rows of fr_dumps, fr_entries and fr_process_groups.
 
 A dump is one rank's recorder: torch's JSON (collectors/fr_format.py), with the collector's
-`wirespeed` section when the collector wrote it. torch's own dumps carry no rank, so it comes from
-the digits that end the file's name, as torchfrtrace takes it. Everything doubtful becomes a
-parse issue naming the file and the entry, and the rest is kept: a file that is not JSON, an
-entry without a field the matching needs, a value of the wrong type. Dumps in pickle form are
-never opened (`refused`): unpickling a file runs whatever code it names.
+`wirespeed` section when the collector wrote it, or torch's pickle of the same dicts (NCCL's dump
+on a timeout, `_dump_fr_trace()`). A pickle is loaded by `pipelines.plain_pickle`, which builds
+plain values only and refuses every global, so nothing in a file runs; its tuples become lists and
+its None times "not discovered", as in the JSON. torch's own dumps carry no rank, so it comes from
+the digits that end the file's name, as torchfrtrace takes it. Everything doubtful becomes a parse
+issue naming the file and the entry, and the rest is kept: a file that does not load, an entry
+without a field the matching needs, a value of the wrong type.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import orjson
 
 from collectors import fr_format as fr
+from pipelines import plain_pickle
 from pipelines.issues import ParseIssue
 
 # What an entry must have to be matched across ranks, and its type.
@@ -48,13 +51,16 @@ def read(path: Path, run_id: str) -> tuple[Dump | None, list[ParseIssue]]:
     """The dump at `path`, or None with the reason when nothing of it can be used."""
     where = str(path)
     try:
-        data = orjson.loads(path.read_bytes())
+        raw = path.read_bytes()
+        data = plain_pickle.load(raw) if fr.is_pickle(raw) else orjson.loads(raw)
     except orjson.JSONDecodeError as bad:
         return None, [ParseIssue(where, bad.lineno, None, "error", f"not ingested: the Flight Recorder dump is not valid JSON ({bad.msg})")]
+    except plain_pickle.NotPlain as bad:
+        return None, [ParseIssue(where, None, None, "error", f"not loaded: a pickle that is not a plain Flight Recorder dump ({bad}); nothing in it ran")]
     except OSError as bad:
         return None, [ParseIssue(where, None, None, "error", f"not ingested: {bad}")]
     if not isinstance(data, dict):
-        return None, [ParseIssue(where, 1, None, "error", "not ingested: a Flight Recorder dump is a JSON object")]
+        return None, [ParseIssue(where, 1, None, "error", "not ingested: a Flight Recorder dump is a JSON object (or the pickle of a dict)")]
     section = data.get(fr.SECTION) if isinstance(data.get(fr.SECTION), dict) else {}
     rank, rank_source = _int(section.get(fr.RANK)), "collector"
     if rank is None:
@@ -112,22 +118,6 @@ def read(path: Path, run_id: str) -> tuple[Dump | None, list[ParseIssue]]:
     }
     groups = _group_rows(data, section, entries, run_id, rank, recorder)
     return Dump(path, row, entries, groups), issues
-
-
-def refused(path: Path, loaded: list[Dump]) -> ParseIssue:
-    """The issue that names a pickle dump: refused, and whether a JSON dump of its rank was read."""
-    rank = fr.rank_from_name(path.name)
-    json_of_rank = next((d.file for d in loaded if rank is not None and d.row["rank"] == rank), None)
-    if json_of_rank is not None:
-        return ParseIssue(str(path), None, None, "info",
-                          f"not loaded: a Flight Recorder dump in pickle form (wirespeed never unpickles); rank {rank}'s "
-                          f"JSON dump {json_of_rank} was read")
-    return ParseIssue(
-        str(path), None, None, "error",
-        "refused: a Flight Recorder dump in pickle form, and wirespeed never unpickles (loading a pickle runs code); "
-        "nothing was loaded from it. Dump JSON instead: torch._C._distributed_c10d._dump_fr_trace_json() "
-        "(_dump_nccl_trace_json() for NCCL), or run under `wirespeed collect` or `Capture`, which write fr/rank<R>.json",
-    )
 
 
 def _problem(entry) -> str | None:

@@ -376,7 +376,7 @@ def _write_flight_recorder(
     progress: Progress | None,
 ) -> list[fr_dumps.Dump]:
     """Read the run's Flight Recorder dumps into fr_dumps, fr_process_groups and fr_entries (a part
-    per dump), and name every pickle dump as refused; return the dumps loaded."""
+    per dump); return the dumps loaded."""
     dumps = []
     for path in source.fr_dump_files:
         dump, found = fr_dumps.read(path, source.run_id)
@@ -386,7 +386,6 @@ def _write_flight_recorder(
         if progress:
             progress(path.stat().st_size)
     dumps = _drop_duplicate_dumps(dumps, issues)
-    issues.extend(fr_dumps.refused(path, dumps) for path in source.fr_pickle_files)
     _write_rows(con, "fr_dumps", [d.row for d in dumps], warehouse.table_dir(version, "fr_dumps"))
     _write_rows(con, "fr_process_groups", [g for d in dumps for g in d.groups], warehouse.table_dir(version, "fr_process_groups"))
     folder = warehouse.table_dir(version, "fr_entries")
@@ -424,10 +423,12 @@ def _batches(lists: list[list[dict]], size: int) -> Iterator[list[dict]]:
 
 
 def _drop_duplicate_dumps(dumps: list[fr_dumps.Dump], issues: list[ParseIssue]) -> list[fr_dumps.Dump]:
-    """One dump per rank and recorder: the collector's before torch's own, then the fuller, then the later."""
+    """One dump per rank and recorder: the collector's before torch's own, then the fuller, then the
+    later, then one with stacks (torch's pickle) before one without (its JSON)."""
     def preference(dump: fr_dumps.Dump) -> tuple:
         row = dump.row
-        return (row["rank_source"] == "collector", row["entries"], row["dumped_at_ns"] or 0)
+        stacks = any(entry["frames"] for entry in dump.entries)
+        return (row["rank_source"] == "collector", row["entries"], row["dumped_at_ns"] or 0, stacks)
 
     kept: dict[tuple[int, str], fr_dumps.Dump] = {}
     for dump in sorted(dumps, key=preference, reverse=True):

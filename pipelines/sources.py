@@ -9,8 +9,8 @@ classified one by one, at its top and in every subfolder (the collector's `trace
   that only NCCL writes (a job's stdout saved without a suffix, a compressed log);
 - counters: the collector's `net.<host>.csv` and `cpu.<host>.csv`;
 - Flight Recorder dumps: JSON (`fr/rank<R>.json`, or any file that begins like one, such as
-  torch's `nccl_trace_rank_<R>`); a dump in pickle form is recognised by its first bytes and
-  refused (ingest names it in `parse_issues`: wirespeed never unpickles);
+  torch's `nccl_trace_rank_<R>`), or torch's pickle of one, known by its first bytes (ingest loads
+  it as plain values only, `pipelines.plain_pickle`); any other pickle is named, never loaded;
 - the collector's `manifest.json` at the top, and `ranks/*.json` and `hosts/*.json`, which the
   manifest is made from: when a run died before its manifest was written, it is made from them;
 - the collector's markers, `_DONE` and `hosts/.finishing`.
@@ -37,7 +37,7 @@ from pipelines.issues import ParseIssue
 
 MANIFEST = rundir.MANIFEST
 DONE_MARKER = rundir.DONE
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = rundir.TRACE_SUFFIXES
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 COLLECTOR_FOLDERS = (rundir.TRACES, rundir.NCCL, "samples", rundir.RANKS, rundir.HOSTS, rundir.OUTPUT, rundir.FR)
 _STRIP_SUFFIXES = (".gz", ".json", ".trace", ".pt", ".log", ".txt", ".out", ".err")
@@ -64,8 +64,7 @@ class RunSource:
     nccl_log_files: list[Path] = field(default_factory=list)
     net_sample_files: list[Path] = field(default_factory=list)
     cpu_sample_files: list[Path] = field(default_factory=list)
-    fr_dump_files: list[Path] = field(default_factory=list)  # JSON
-    fr_pickle_files: list[Path] = field(default_factory=list)  # refused at ingest, named in parse_issues
+    fr_dump_files: list[Path] = field(default_factory=list)  # JSON, or pickles of plain values
     # Values the user gave at ingest time (`--link-gbps`, ...), which win over the manifest's.
     overrides: dict = field(default_factory=dict)
 
@@ -99,11 +98,8 @@ def discover(path: Path, run_id: str | None = None) -> RunSource:
         raise FileNotFoundError(f"{path} does not exist")
     run_id = run_id or run_id_for(path)
     if path.is_file():
-        dump = fr_format.sniff(_head(path))
-        if dump == "json":
+        if fr_format.sniff(_head(path)):
             return RunSource(run_id, path, "flight recorder file", [], fr_dump_files=[path])
-        if dump == "pickle":
-            return RunSource(run_id, path, "flight recorder file", [], fr_pickle_files=[path])
         if path.name.endswith(TRACE_SUFFIXES):
             return RunSource(run_id, path, "trace file", [path])
         return RunSource(run_id, path, "log file", [], nccl_log_files=[path])
@@ -126,7 +122,7 @@ def discover(path: Path, run_id: str | None = None) -> RunSource:
     if collector:
         source.kind = "collector"
         source.manifest = _read_manifest(path / MANIFEST, source.issues, described)
-    elif source.trace_files or not (source.nccl_log_files or source.fr_dump_files or source.fr_pickle_files):
+    elif source.trace_files or not (source.nccl_log_files or source.fr_dump_files):
         source.kind = "trace folder"
     else:
         source.kind = "log folder" if source.nccl_log_files else "flight recorder folder"
@@ -136,15 +132,12 @@ def discover(path: Path, run_id: str | None = None) -> RunSource:
 def _classify(file: Path, head: bytes, source: RunSource) -> None:
     """File a file that is not the collector's own by what its first bytes say it is."""
     name = file.name
-    dump = fr_format.sniff(head)
-    if dump == "json":
+    if fr_format.sniff(head):
         source.fr_dump_files.append(file)
-    elif dump == "pickle":
-        source.fr_pickle_files.append(file)
     elif name.endswith(TRACE_SUFFIXES):
         source.trace_files.append(file)
     elif fr_format.is_pickle(head):
-        source.issues.append(_skipped(file, "a pickle, which wirespeed never loads (unpickling runs code)"))
+        source.issues.append(_skipped(file, "a pickle that is not a Flight Recorder dump (wirespeed loads no other)"))
     elif name.endswith(LOG_SUFFIXES) or _NCCL_LINE.search(head):
         source.nccl_log_files.append(file)
     else:

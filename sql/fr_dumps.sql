@@ -6,7 +6,7 @@
 -- Python stack of every thread when they were taken; torch's own JSON dumps say none of that, and
 -- their rank comes from the file name. A process has one recorder for gloo and CPU collectives
 -- ('generic') and, on builds with NCCL, ProcessGroupNCCL's own ('nccl'): each is a dump of its own.
--- Dumps in pickle form are never loaded (parse_issues names them).
+-- torch's dumps in pickle form (NCCL's dump on a timeout) are read as plain values, never run, and have the same rows as its JSON.
 --
 -- Grain: one row per run, rank and recorder.
 --

@@ -7,7 +7,9 @@
 --
 -- 1. A member whose dump has no entry for it never entered it ('rank missing'), if the dump was
 --    taken at least a second after the first member entered it, or when is unknown (torch's own
---    dumps): a dump taken sooner may just precede the call. A member without any dump is unknown.
+--    dumps), or as its process ended (any reason but a request that lets the job go on, SIGUSR1 or
+--    SIGINT: collectors/flight_recorder.py CONTINUING): a dump taken sooner by a process that
+--    went on may just precede the call. A member without any dump is unknown.
 -- 2. The members that entered it must agree on the op, then the sizes, then the element types
 --    (one call, all parts in order, for a coalesced collective); the ranks whose call differs
 --    from what most called are mismatched ('op mismatch', 'size mismatch', 'dtype mismatch').
@@ -121,7 +123,8 @@ members AS (
     c.rank IS NOT NULL AS entered,
     d.rank IS NULL AS without_dump,
     c.rank IS NULL AND d.rank IS NOT NULL
-      AND (d.dumped_at_ns IS NULL OR d.dumped_at_ns >= x.first_created_ns + p.late_ns) AS missing,
+      AND (d.dumped_at_ns IS NULL OR d.dumped_at_ns >= x.first_created_ns + p.late_ns
+           OR coalesce(d.reason NOT IN ('SIGUSR1', 'SIGINT'), false)) AS missing,
     c.rank IS NOT NULL AND NOT c.finished AS unfinished,
     c.ops <> m.ops AS op_differs,
     NOT x.uneven AND c.sizes <> m.sizes AS size_differs,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors.demo_ddp import free_port
 from conftest import REPO, wirespeed
 
 RANKS = 3
@@ -281,9 +282,16 @@ def digest(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_torchs_own_dumps_ingest_and_a_pickle_dump_is_refused(tmp_path, warehouse):
+def entries_of(warehouse: Path, run_id: str) -> list[dict]:
+    """A run's fr_entries as the matching sees them: every column but the run, the file and the stack."""
+    rows = sql_json(warehouse, f"SELECT * EXCLUDE (run_id, file, frames) FROM fr_entries WHERE run_id = '{run_id}' ORDER BY rank, record_id")
+    assert rows
+    return rows
+
+
+def test_torchs_own_dumps_ingest_as_json_and_as_pickles(tmp_path, warehouse):
     """A job that dumps its recorder itself, as torch writes it: JSON files named by rank, no
-    wirespeed section; and the same recorder as pickles."""
+    wirespeed section; and the same recorder as pickles, which give the same rows and the stacks."""
     dumps = tmp_path / "dumps"
     for form in ("json", "pickle"):
         (dumps / form).mkdir(parents=True)
@@ -292,25 +300,106 @@ def test_torchs_own_dumps_ingest_and_a_pickle_dump_is_refused(tmp_path, warehous
     subprocess.run([sys.executable, str(script), str(dumps)], cwd=REPO, env={**GLOO, "PYTHONPATH": str(REPO)}, check=True, timeout=120)
     before = digest(dumps)
 
-    ingested(dumps / "json", warehouse)
-    rows = sql_json(warehouse, "SELECT rank, rank_source, reason, entries FROM fr_dumps WHERE run_id = 'json' ORDER BY rank")
-    assert rows == [{"rank": r, "rank_source": "file name", "reason": None, "entries": 4} for r in (0, 1)]
-    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_mismatches WHERE run_id = 'json'") == [{"n": 0}]
-    (run,) = sql_json(warehouse, "SELECT source_kind, world_size FROM runs WHERE run_id = 'json'")
-    assert run == {"source_kind": "flight recorder folder", "world_size": 2}
+    for form in ("json", "pickle"):
+        ingested(dumps / form, warehouse)
+        rows = sql_json(warehouse, f"SELECT rank, rank_source, reason, entries FROM fr_dumps WHERE run_id = '{form}' ORDER BY rank")
+        assert rows == [{"rank": r, "rank_source": "file name", "reason": None, "entries": 4} for r in (0, 1)]
+        assert sql_json(warehouse, f"SELECT count(*) AS n FROM fr_mismatches WHERE run_id = '{form}'") == [{"n": 0}]
+        assert sql_json(warehouse, f"SELECT count(*) AS n FROM parse_issues WHERE run_id = '{form}'") == [{"n": 0}]
+        (run,) = sql_json(warehouse, f"SELECT source_kind, world_size FROM runs WHERE run_id = '{form}'")
+        assert run == {"source_kind": "flight recorder folder", "world_size": 2}
+    # The pickles' tuples and None times read as the JSON's lists and zeros; only they have stacks.
+    assert entries_of(warehouse, "pickle") == entries_of(warehouse, "json")
+    stacks = sql_json(warehouse, "SELECT run_id, count(frames) AS n FROM fr_entries GROUP BY run_id HAVING run_id IN ('json', 'pickle') ORDER BY run_id")
+    assert stacks == [{"run_id": "json", "n": 0}, {"run_id": "pickle", "n": 8}]
 
-    ingested(dumps / "pickle", warehouse)
-    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_entries WHERE run_id = 'pickle'") == [{"n": 0}]
-    refused = sql_json(warehouse, "SELECT file, severity, reason FROM parse_issues WHERE run_id = 'pickle' ORDER BY file")
-    assert [(Path(r["file"]).name, r["severity"]) for r in refused] == [("nccl_trace_rank_0", "error"), ("nccl_trace_rank_1", "error")]
-    assert all(r["reason"].startswith("refused: a Flight Recorder dump in pickle form") for r in refused)
-
-    # Side by side, the JSON is read and each pickle is only named.
+    # Side by side, each rank is read once, from its pickle, and its JSON is named.
     ingested(dumps, warehouse)
-    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_entries WHERE run_id = 'dumps'") == [{"n": 8}]
-    named = sql_json(warehouse, "SELECT severity, reason FROM parse_issues WHERE run_id = 'dumps' AND file LIKE '%pickle%'")
-    assert len(named) == 2 and all(r["severity"] == "info" and "JSON dump" in r["reason"] for r in named)
+    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_entries WHERE run_id = 'dumps' AND file LIKE '%/pickle/%'") == [{"n": 8}]
+    named = sql_json(warehouse, "SELECT file, severity, reason FROM parse_issues WHERE run_id = 'dumps' ORDER BY file")
+    assert [(Path(r["file"]).parent.name, r["severity"]) for r in named] == [("json", "warning"), ("json", "warning")]
+    assert all(r["reason"].startswith("not loaded: rank ") and "/pickle/nccl_trace_rank_" in r["reason"] for r in named)
     assert digest(dumps) == before
+
+
+HUNG_DUMPS = """
+import datetime, os, sys, time, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def run(rank, folder, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_FR_BUFFER_SIZE="100")
+    dist.init_process_group("gloo", rank=rank, world_size=3, timeout=datetime.timedelta(seconds=3))
+    tensor = torch.ones(16)
+    try:
+        for _ in range(4 if rank == 2 else 5):
+            dist.all_reduce(tensor)
+    except RuntimeError:
+        pass  # ranks 0 and 1 time out in the fifth, which rank 2 never enters
+    c10d = torch._C._distributed_c10d
+    for form, dump in (("json", c10d._dump_fr_trace_json), ("pickle", c10d._dump_fr_trace)):
+        with open(os.path.join(folder, form, f"rank{rank}"), "wb") as out:
+            out.write(dump())
+    if rank == 2:
+        time.sleep(6)  # until the others gave up
+
+if __name__ == "__main__":
+    from collectors.demo_ddp import free_port
+    mp.spawn(run, args=(sys.argv[1], free_port()), nprocs=3)
+"""
+
+
+def test_a_hung_jobs_pickled_dumps_name_the_missing_rank_as_its_json_dumps_do(tmp_path, warehouse):
+    dumps = tmp_path / "hung"
+    for form in ("json", "pickle"):
+        (dumps / form).mkdir(parents=True)
+    script = tmp_path / "hung_dumps.py"
+    script.write_text(HUNG_DUMPS)
+    subprocess.run([sys.executable, str(script), str(dumps)], cwd=REPO, env={**GLOO, "PYTHONPATH": str(REPO)}, check=True, timeout=120)
+    lines = {form: ingested(dumps / form, warehouse) for form in ("json", "pickle")}
+    found = {
+        form: sql_json(warehouse, f"SELECT * EXCLUDE (run_id) FROM fr_mismatches WHERE run_id = '{form}'")
+        for form in ("json", "pickle")
+    }
+    assert found["pickle"] == found["json"]
+    (row,) = found["pickle"]
+    assert (row["problem"], row["seq_id"], json.loads(row["missing_ranks"]), json.loads(row["entered_ranks"])) == ("rank missing", 5, [2], [0, 1])
+    assert lines["pickle"].startswith(f"pickle: HANG: {row['verdict']}")
+    assert entries_of(warehouse, "pickle") == entries_of(warehouse, "json")
+
+
+class RunsACommand:
+    """What a hostile pickle holds: loading it with pickle.load runs `touch <marker>`."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_hostile_pickle_runs_nothing_and_is_named(tmp_path, warehouse):
+    """Pickles that look like dumps (their first bytes name the recorder's keys) and would run a
+    command when loaded: in an entry (by protocol 4, STACK_GLOBAL), as a whole table (protocol 2, GLOBAL)."""
+    marker = tmp_path / "ran"
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    entry = {"collective_seq_id": 1, "profiling_name": "gloo:all_reduce", "input_sizes": RunsACommand(marker)}
+    hostile = {
+        "nccl_trace_rank_0": pickle.dumps({"version": "2.10", "pg_status": {}, "entries": [entry]}),
+        "nccl_trace_rank_1": pickle.dumps({"pg_config": {}, "pg_status": RunsACommand(marker)}, protocol=2),
+    }
+    for name, data in hostile.items():
+        pickle.loads(data)  # what loading it would do: run the command
+        assert marker.exists()
+        marker.unlink()
+        (folder / name).write_bytes(data)
+    ingested(folder, warehouse)
+    assert not marker.exists()
+    issues = sql_json(warehouse, "SELECT file, severity, reason FROM parse_issues WHERE run_id = 'hostile' ORDER BY file")
+    assert [(Path(i["file"]).name, i["severity"]) for i in issues] == [("nccl_trace_rank_0", "error"), ("nccl_trace_rank_1", "error")]
+    for issue in issues:
+        assert issue["reason"] == ("not loaded: a pickle that is not a plain Flight Recorder dump (it names the global "
+                                   f"{os.system.__module__}.system); nothing in it ran"), issue
+    assert sql_json(warehouse, "SELECT count(*) AS n FROM fr_entries WHERE run_id = 'hostile'") == [{"n": 0}]
 
 
 def test_a_damaged_dump_is_named_and_the_rest_of_the_run_ingests(clean, tmp_path, warehouse):
@@ -391,3 +480,238 @@ def test_a_collective_entered_by_all_and_finished_by_none_past_its_timeout_is_st
         "member that left a dump entered it: the collective itself hung (the network, a device or the library), not the "
         "order of calls; rank 2 left no dump"
     )
+
+
+# --- jobs in plain torch: no wirespeed code in them; `collect` arms the recorder itself -------------
+
+PLAIN_JOB = """
+import datetime, os, socket, sys, time, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def train(rank, world, fault, timeout_s):
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
+    tensor = torch.ones(64)
+    for step in range(5):
+        faulty = rank == world - 1 and step == 2
+        if faulty and fault == "skip":
+            print(f"rank {rank}: hanging at step {step}", flush=True)
+            time.sleep(600)
+        if faulty and fault == "leave":
+            return
+        dist.all_reduce(tensor)
+        dist.broadcast(torch.zeros(128 if faulty and fault == "size" else 64), 0)
+    dist.destroy_process_group()
+
+def spawned(rank, port, fault, timeout_s):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    train(rank, 3, fault, timeout_s)
+
+if __name__ == "__main__":
+    fault, timeout_s = sys.argv[1], float(sys.argv[2])
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), fault, timeout_s)
+    else:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        mp.spawn(spawned, args=(port, fault, timeout_s), nprocs=3)
+"""
+# Each step: an all-reduce, then a broadcast; the last rank goes wrong at step 2.
+PLAIN_HUNG_SEQ = 5  # step 2's all-reduce
+PLAIN_RESIZED_SEQ = 6  # step 2's broadcast
+
+
+@pytest.fixture(scope="module")
+def plain_job(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("plain")
+    (folder / "job.py").write_text(PLAIN_JOB)
+    return folder
+
+
+def plain(plain_job: Path, launcher: str, fault: str, timeout_s: float) -> list[str]:
+    script = [str(plain_job / "job.py"), fault, str(timeout_s)]
+    if launcher == "torchrun":
+        return [str(Path(sys.executable).with_name("torchrun")), "--nproc-per-node", str(RANKS), "--master-port",
+                str(free_port()), *script]
+    return [sys.executable, *script]
+
+
+def collect_plain(landing: Path, run_id: str, command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", run_id,
+         "--sample-interval-ms", "0", "--", *command],
+        cwd=cwd, env={**GLOO, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
+    )
+
+
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
+def test_a_plain_jobs_skipped_collective_is_named_from_the_dumps_collect_arms(plain_job, landing, warehouse, launcher):
+    """Rank 2 sleeps in step 2; ranks 0 and 1 time out in its all-reduce after 3 s. Under
+    torch.multiprocessing the timeout ends their function and spawn exits them; under torchrun it
+    reaches the interpreter. Rank 2 is ended by its launcher (SIGTERM)."""
+    run_id = f"plain-skip-{launcher}"
+    done = collect_plain(landing, run_id, plain(plain_job, launcher, "skip", 3), plain_job)
+    assert done.returncode != 0 and "rank 2: hanging at step 2" in done.stdout + done.stderr
+    run = landing / run_id
+    assert done.stdout.splitlines()[-1].endswith("; no traces: pass --traces DIR, or use Capture")
+    sections = dump_sections(run)
+    assert sorted(sections) == [0, 1, 2]
+    expected = "exit" if launcher == "spawn" else "exception: "
+    assert all(sections[r]["reason"].startswith(expected) for r in (0, 1)) and sections[2]["reason"] == "SIGTERM", sections
+    if launcher == "torchrun":
+        assert all("Timed out" in sections[r]["reason"] for r in (0, 1))
+    assert all(s["process_groups"] == [{"name": "0", "desc": "default_pg", "ranks": [0, 1, 2]}] for s in sections.values())
+    line = ingested(run, warehouse)
+    (row,) = sql_json(warehouse, f"SELECT * FROM fr_mismatches WHERE run_id = '{run_id}'")
+    assert (row["problem"], row["seq_id"], json.loads(row["missing_ranks"]), json.loads(row["entered_ranks"])) == (
+        "rank missing", PLAIN_HUNG_SEQ, [2], [0, 1])
+    assert row["verdict"].startswith(f"rank 2 never entered all_reduce #{PLAIN_HUNG_SEQ} of default_pg: ranks 0, 1 waited in it (timeout 3 s)")
+    assert "its stack when dumped: train (job.py:" in row["verdict"]
+    assert line.startswith(f"{run_id}: HANG: {row['verdict']};")
+    title, text = report_sections(line)[0]
+    assert title == "Did the job hang, or its ranks disagree?" and html.escape(row["verdict"]) in text
+
+
+def test_a_plain_jobs_rank_that_leaves_early_is_named_though_it_dumped_first(plain_job, landing, warehouse):
+    """Rank 2 returns at step 2 and its process exits, dumping, before the others enter the
+    all-reduce it left them in; they fail at once (the connection closed) or at the timeout."""
+    done = collect_plain(landing, "plain-leave", plain(plain_job, "spawn", "leave", 3), plain_job)
+    assert done.returncode != 0
+    sections = dump_sections(landing / "plain-leave")
+    assert {r: s["reason"] for r, s in sections.items()} == {0: "exit", 1: "exit", 2: "exit"}
+    line = ingested(landing / "plain-leave", warehouse)
+    (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'plain-leave'")
+    assert (row["problem"], row["seq_id"], json.loads(row["missing_ranks"])) == ("rank missing", PLAIN_HUNG_SEQ, [2])
+    assert line.startswith(f"plain-leave: HANG: rank 2 never entered all_reduce #{PLAIN_HUNG_SEQ} of default_pg")
+
+
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
+def test_a_plain_jobs_size_mismatch_is_named(plain_job, landing, warehouse, launcher):
+    run_id = f"plain-size-{launcher}"
+    done = collect_plain(landing, run_id, plain(plain_job, launcher, "size", 30), plain_job)
+    assert done.returncode == 0, done.stderr
+    assert {r: s["reason"] for r, s in dump_sections(landing / run_id).items()} == {0: "exit", 1: "exit", 2: "exit"}
+    line = ingested(landing / run_id, warehouse)
+    (row,) = sql_json(warehouse, f"SELECT * FROM fr_mismatches WHERE run_id = '{run_id}'")
+    assert (row["problem"], row["seq_id"], json.loads(row["mismatched_ranks"])) == ("size mismatch", PLAIN_RESIZED_SEQ, [2])
+    assert row["detail"] == "ranks 0, 1: broadcast [[64]] Float; rank 2: broadcast [[128]] Float"
+    assert line.startswith(f"{run_id}: MISMATCH: {row['verdict']};")
+
+
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
+def test_a_plain_job_hung_and_ended_by_sigterm_leaves_every_dump(plain_job, landing, warehouse, launcher):
+    """The process group's timeout far away (120 s): ranks 0 and 1 wait inside the all-reduce, in
+    C++, and rank 2 sleeps, until a scheduler sends SIGTERM to every process of the job."""
+    run_id = f"plain-killed-{launcher}"
+    run, output = landing / run_id, landing / f"{run_id}.log"
+    argv = [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", run_id,
+            "--sample-interval-ms", "0", "--", *plain(plain_job, launcher, "skip", 120)]
+    with open(output, "w") as sink:
+        launcher = subprocess.Popen(argv, cwd=plain_job, env={**GLOO, "PYTHONPATH": str(REPO)}, stdout=sink,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: "hanging at step" in output.read_text(), 120)
+        time.sleep(2)  # ranks 0 and 1 reach the all-reduce
+        os.killpg(launcher.pid, signal.SIGTERM)
+        launcher.wait(timeout=60)
+        wait_for(lambda: not session(launcher.pid), 30)
+    finally:
+        for pid in session(launcher.pid):
+            os.kill(pid, signal.SIGKILL)
+    sections = dump_sections(run)
+    assert sorted(sections) == [0, 1, 2] and all(s["reason"] == "SIGTERM" for s in sections.values()), sections
+    for rank in (0, 1):  # dumped while waiting inside the collective
+        (main, *_) = sections[rank]["stacks"]
+        assert main["main"] and main["frames"][0]["name"] == "all_reduce", main["frames"][:3]
+    assert (run / "_DONE").is_file()
+    line = ingested(run, warehouse)
+    (row,) = sql_json(warehouse, f"SELECT * FROM fr_mismatches WHERE run_id = '{run_id}'")
+    assert (row["problem"], row["seq_id"], json.loads(row["missing_ranks"])) == ("rank missing", PLAIN_HUNG_SEQ, [2])
+    assert f"HANG: {row['verdict']}" in line
+
+
+def test_the_injection_chains_the_jobs_sitecustomize_and_arms_nothing_without_a_process_group(tmp_path):
+    """A process that imports torch.distributed but makes no process group gets no recorder; the
+    job's own sitecustomize still runs; WIRESPEED_INJECT=0 leaves the job's path alone."""
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['JOBS_OWN_SITECUSTOMIZE'] = 'ran'\n")
+    probe = ("import os, sys, torch.distributed as dist; "
+             "print(os.environ.get('JOBS_OWN_SITECUSTOMIZE'), 'collectors.flight_recorder' in sys.modules, "
+             "dist.init_process_group.__code__.co_filename.endswith('sitecustomize.py'))")
+    env = {**GLOO, "PYTHONPATH": os.pathsep.join((str(own), str(REPO)))}
+    for inject, printed in (("1", "ran False True"), ("0", "ran False False")):
+        result = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(tmp_path), "--run-id", f"probe{inject}",
+             "--sample-interval-ms", "0", "--", sys.executable, "-c", probe],
+            cwd=tmp_path, env=env | {"WIRESPEED_INJECT": inject}, capture_output=True, text=True, timeout=120,
+        )
+        assert result.stdout.splitlines()[0] == printed, result.stderr
+        assert list((tmp_path / f"probe{inject}" / "fr").iterdir()) == []
+
+
+ONE_RECORDER = """
+import os, threading, torch.distributed as dist
+from collectors import flight_recorder
+from collectors.capture import Capture
+
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+dist.init_process_group("gloo", rank=0, world_size=1)
+armed = flight_recorder.current()
+with Capture(wait=0, warmup=0, active=1) as capture:
+    print(armed is not None, capture.recorder is armed, sum(t.name == "wirespeed-fr" for t in threading.enumerate()))
+dist.destroy_process_group()
+"""
+
+
+def test_a_job_that_uses_capture_gets_one_recorder(tmp_path):
+    script = tmp_path / "one.py"
+    script.write_text(ONE_RECORDER)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(tmp_path), "--run-id", "one",
+         "--sample-interval-ms", "0", "--", sys.executable, str(script)],
+        cwd=tmp_path, env={**GLOO, "PYTHONPATH": str(REPO), "PORT": str(free_port())}, capture_output=True, text=True, timeout=120,
+    )
+    assert result.stdout.splitlines()[0] == "True True 1", result.stderr
+    (section,) = dump_sections(tmp_path / "one").values()
+    assert section["reason"] == "end" and section["earlier"] == []  # Capture's last dump, and no other
+
+
+FORKS_A_WORKER = """
+import multiprocessing, os, time, torch, torch.distributed as dist
+
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+dist.init_process_group("gloo", rank=0, world_size=1)
+dist.all_reduce(torch.ones(4))
+
+def work():
+    print(os.getpid(), flush=True)  # a signal that comes sooner may precede the child's at-fork hooks
+    time.sleep(60)
+
+worker = multiprocessing.get_context("fork").Process(target=work)
+worker.start()
+worker.join()
+time.sleep(3)  # longer than the recorder gives a rank stuck on SIGTERM
+print(worker.exitcode, os.path.exists(os.path.join(os.environ["WIRESPEED_RUN_DIR"], "fr", "rank0.json")), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_forked_workers_sigterm_ends_the_worker_only_and_dumps_nothing(tmp_path):
+    """A data loader's worker, forked from a rank with an armed recorder, inherits its signal
+    handlers and the wakeup fd its watcher reads: SIGTERM to the worker (as a data loader's
+    shutdown sends) must end the worker alone, without a dump of the rank or an end of the rank."""
+    script = tmp_path / "forks.py"
+    script.write_text(FORKS_A_WORKER)
+    launched = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(tmp_path), "--run-id", "forks",
+         "--sample-interval-ms", "0", "--", sys.executable, str(script)],
+        cwd=tmp_path, env={**GLOO, "PYTHONPATH": str(REPO), "PORT": str(free_port())}, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        os.kill(int(launched.stdout.readline()), signal.SIGTERM)
+        assert launched.stdout.readline().split() == [str(-signal.SIGTERM), "False"]
+        assert launched.wait(timeout=60) == 0
+    finally:
+        launched.kill()
+    (section,) = dump_sections(tmp_path / "forks").values()
+    assert section["reason"] == "exit" and section["earlier"] == []

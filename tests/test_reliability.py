@@ -529,6 +529,44 @@ def test_reingest_is_identical_and_two_ingests_at_once_are_safe(tmp_path):
 # --- hostile names --------------------------------------------------------------------------------------
 
 
+def test_compressed_files_that_expand_like_a_bomb_are_read_no_further_and_named(tmp_path):
+    """300 MB of whitespace packed into 0.3 MB, inside a valid trace and in an NCCL log, beside a
+    real rank's trace: each bomb is read only as far as a real file's expansion allows (its first
+    event is kept) and named with the reason; the real rank is read whole. (Before the bound, the
+    trace alone held the ingest for minutes.)"""
+    from isal import igzip
+
+    run = tmp_path / "bombs"
+    run.mkdir()
+    (run / "rank1.json.gz").write_bytes((SAMPLED / "sampled_rank-1.json.gz").read_bytes())
+    event = orjson.dumps(REAL_EVENTS[0])
+    whitespace = b" " * (100 << 20)
+    with igzip.open(run / "rank0.json.gz", "wb") as trace:
+        trace.write(b'{"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": [' + event + b",\n")
+        for _ in range(3):
+            trace.write(whitespace)
+        trace.write(event + b"]}")
+    line = b"host0:11:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+    with igzip.open(run / "rank0.nccl.log.gz", "wb") as log:
+        log.write(line)
+        for _ in range(3):
+            log.write(whitespace)
+        log.write(line)
+    assert max(p.stat().st_size for p in run.iterdir()) < 1 << 20
+    warehouse = tmp_path / "warehouse"
+    wirespeed("ingest", str(run), "--warehouse", str(warehouse), "--quiet")
+
+    def rows(query):
+        return json.loads(wirespeed("sql", query, "--warehouse", str(warehouse), "--format", "json").stdout)
+
+    named = rows("SELECT file, reason FROM parse_issues WHERE reason LIKE '%expand to more than%' ORDER BY file")
+    assert [Path(r["file"]).name for r in named] == ["rank0.json.gz", "rank0.nccl.log.gz"]
+    assert all("compressed bytes expand to more than 200 times their size" in r["reason"] for r in named)
+    kept = rows("SELECT rank, count(*) AS n FROM trace_events GROUP BY rank ORDER BY rank")
+    assert kept[0] == {"rank": 0, "n": 1} and kept[1]["rank"] == 1 and kept[1]["n"] > 1000
+    assert not rows("SELECT * FROM parse_issues WHERE file LIKE '%rank1.json.gz'")
+
+
 @pytest.mark.parametrize("run_id", ["../../escaped", "a/b", "..", "it's \"quoted\"", "ünï código 🚀", "x'); DROP TABLE runs; --"])
 def test_run_ids_cannot_escape_the_warehouse_or_reach_sql(tmp_path, run_id):
     outside = tmp_path / "outside"
@@ -564,11 +602,41 @@ def test_file_names_with_quotes_spaces_and_unicode_ingest_and_are_named_exactly(
     assert digest(run) == inputs
 
 
-def test_nothing_loads_pickles():
-    """No code path unpickles anything a user hands over (Flight Recorder dumps are read as JSON only)."""
+def test_only_the_plain_unpickler_loads_pickles():
+    """One module unpickles what a user hands over: pipelines/plain_pickle.py, whose unpickler
+    refuses every global (test_flight_recorder ingests pickles that would run a command)."""
     pattern = re.compile(r"\b(import pickle|from pickle|pickle\.load|torch\.load|import dill|import shelve|marshal\.load)")
     offenders = [
-        str(path) for folder in ("pipelines", "collectors") for path in (REPO / folder).rglob("*.py")
+        str(path.relative_to(REPO)) for folder in ("pipelines", "collectors") for path in (REPO / folder).rglob("*.py")
         if pattern.search(path.read_text())
     ]
-    assert offenders == []
+    assert offenders == ["pipelines/plain_pickle.py"]
+
+
+def test_a_pickle_that_stands_for_more_than_it_holds_is_refused_at_once():
+    """Pickles of plain values that would hurt once read: one list named twice at each of 60 levels
+    (2^60 strings written out, from 2 KB), a list that holds itself, and values JSON has not."""
+    import pickle
+
+    from pipelines import plain_pickle
+
+    bomb: list = ["x" * 1000]
+    for _ in range(60):
+        bomb = [bomb, bomb]
+    looped: list = []
+    looped.append(looped)
+    cases = {
+        "stands for more than 64 times its size": {"entries": bomb},
+        "holds a container that holds itself": {"entries": looped},
+        "holds a bytes": {"entries": [b"\0"]},
+        "holds a set": {"entries": [{1}]},
+        "holds an integer past 64 bits": {"entries": [1 << 64]},
+        "holds a key of type int": {"entries": {1: 2}},
+    }
+    started = time.monotonic()
+    for reason, value in cases.items():
+        data = pickle.dumps(value, protocol=4)
+        with pytest.raises(plain_pickle.NotPlain, match=reason):
+            plain_pickle.load(data)
+    print(f"refused {len(cases)} pickles in {time.monotonic() - started:.3f} s")
+    assert plain_pickle.load(pickle.dumps({"entries": [(1, None, "a")], "n": 1 << 62})) == {"entries": [[1, None, "a"]], "n": 1 << 62}

@@ -38,7 +38,7 @@ def accounted_for(path: Path) -> set[Path]:
     collector's own (manifest, markers, the ranks' and hosts' files the manifest is made from)."""
     source = discover(path)
     found = set(source.trace_files + source.nccl_log_files + source.net_sample_files + source.cpu_sample_files
-                + source.fr_dump_files + source.fr_pickle_files)
+                + source.fr_dump_files)
     named = {Path(issue.file) for issue in source.issues}
     own = {p for p in path.rglob("*") if p.is_file() and (p.relative_to(path).parts[0] in ("ranks", "hosts") or p.name in ("manifest.json", "_DONE"))}
     return found | named | own
@@ -149,8 +149,8 @@ def test_logs_are_known_by_their_lines_whatever_their_name(tmp_path):
 
 
 def test_flight_recorder_dumps_are_known_by_their_first_bytes(tmp_path):
-    """JSON dumps under any name are read; a pickle dump is listed to be refused, any other pickle
-    named; a trace that mentions the recorder's groups stays a trace."""
+    """Dumps under any name, JSON or pickle, are read; any other pickle is named; a trace that
+    mentions the recorder's groups stays a trace."""
     folder = tmp_path / "run"
     dump = {"comm_lib_version": "", "entries": [{"collective_seq_id": 1, "profiling_name": "gloo:all_reduce"}],
             "pg_config": {}, "pg_status": {}, "version": "2.10"}
@@ -160,11 +160,10 @@ def test_flight_recorder_dumps_are_known_by_their_first_bytes(tmp_path):
     (folder / "weights.pkl").write_bytes(pickle.dumps([1.0, 2.0]))
     place(folder / "rank0.json.gz", SAMPLED / "sampled_rank-0.json.gz")
     source = discover(folder)
-    assert [p.name for p in source.fr_dump_files] == ["nccl_trace_rank_1", "rank0.json"]  # in path order
-    assert [p.name for p in source.fr_pickle_files] == ["nccl_trace_rank_2"]
+    assert [p.name for p in source.fr_dump_files] == ["nccl_trace_rank_1", "nccl_trace_rank_2", "rank0.json"]  # in path order
     assert [p.name for p in source.trace_files] == ["rank0.json.gz"]
     assert [(Path(i.file).name, i.reason) for i in source.issues] == [
-        ("weights.pkl", "not read: a pickle, which wirespeed never loads (unpickling runs code)"),
+        ("weights.pkl", "not read: a pickle that is not a Flight Recorder dump (wirespeed loads no other)"),
     ]
     assert accounted_for(folder) == every_file(folder)
 

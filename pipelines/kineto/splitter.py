@@ -19,6 +19,11 @@ A compressed file is decompressed (with ISA-L) and streamed through the same cut
 
 A truncated trace (the profiler killed while writing, a gzip stream cut short) keeps every
 complete event before the cut; the cut is reported as a `ParseIssue` with its byte offset.
+
+A compressed file may cost only so much: its text is read while it is at most `MAX_EXPANSION`
+times the compressed bytes it came from (beyond a first `EXPANSION_SLACK_BYTES`), and where it
+expands more, as gigabytes of whitespace packed into a few megabytes do, reading stops there as at
+a cut, with the reason in `parse_issues`: such a file would otherwise hold a worker for minutes.
 """
 
 from __future__ import annotations
@@ -48,8 +53,13 @@ HEADER_READ_BYTES = 64 << 10
 MAX_TAIL_BYTES = 64 << 20
 # No event is this large: without a cut in this many bytes the separator guess is wrong.
 MAX_CARRY_BYTES = 256 << 20
+# Real traces expand 8 to 21 times under gzip (the 12 in ../shared/traces); deflate's most is
+# about 1030. The slack lets a small file's header and first events through whatever its ratio.
+MAX_EXPANSION = 200
+EXPANSION_SLACK_BYTES = 16 << 20
 
 _WS = b" \t\r\n"
+_BETWEEN_EVENTS = re.compile(rb"[ \t\r\n,]*")
 _EVENT_SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]')
 
@@ -60,6 +70,22 @@ class NotATrace(ValueError):
 
 class CannotCut(ValueError):
     """The file may be a trace, but not one this module can cut; use the exact path."""
+
+
+class TooExpanded(OSError):
+    """A compressed stream expands more than a real file does: read no further."""
+
+
+def expansion_bound(compressed_bytes: int) -> int:
+    """The most text `compressed_bytes` of gzip may stand for before reading stops."""
+    return MAX_EXPANSION * compressed_bytes + EXPANSION_SLACK_BYTES
+
+
+def too_expanded(compressed_bytes: int, expanded_bytes: int) -> TooExpanded:
+    return TooExpanded(
+        f"not read past byte {expanded_bytes} of its text: its first {compressed_bytes} compressed bytes expand to more than "
+        f"{MAX_EXPANSION} times their size (a real trace or log: 8 to 21 times), as a decompression bomb does"
+    )
 
 
 @dataclass
@@ -101,12 +127,17 @@ class GzipStream:
         self.members_done = 0
         self.input = b""
         self.problem: Exception | None = None
+        self.compressed = 0  # bytes read from the file
+        self.expanded = 0  # bytes handed out
 
     def read(self, size: int) -> bytes:
         out: list[bytes] = []
         got = 0
         while got < size and self.problem is None:
-            data = self.member.unconsumed_tail or self.input or self.raw.read(self.INPUT_BYTES)
+            data = self.member.unconsumed_tail or self.input
+            if not data:
+                data = self.raw.read(self.INPUT_BYTES)
+                self.compressed += len(data)
             self.input = b""
             if not data:
                 if self.member_started and not self.member.eof:
@@ -121,6 +152,11 @@ class GzipStream:
             self.member_started = True
             out.append(piece)
             got += len(piece)
+            self.expanded += len(piece)
+            used = self.compressed - len(self.member.unconsumed_tail) - len(self.member.unused_data)
+            if self.expanded > expansion_bound(used):
+                self.problem = too_expanded(used, self.expanded)
+                break
             if self.member.eof:
                 self.input = self.member.unused_data
                 self.member = isal_zlib.decompressobj(31)
@@ -242,10 +278,9 @@ class _Reader:
         try:
             block = self.stream.read(size)
         except (EOFError, OSError) as cut:
-            # Treat a damaged or cut compressed stream like a file that ends here.
-            self.issues.append(
-                ParseIssue(self.name, None, self.consumed, "error", f"compressed stream ends early: {cut}")
-            )
+            # Treat a damaged, cut or overexpanding compressed stream like a file that ends here.
+            reason = str(cut) if isinstance(cut, TooExpanded) else f"compressed stream ends early: {cut}"
+            self.issues.append(ParseIssue(self.name, None, self.consumed, "error", reason))
             block = b""
         if not block:
             self.ended = True
@@ -497,10 +532,7 @@ def _finish(
 
 def _last_non_space(data: bytes, end: int) -> int:
     """Index of the last byte before `end` that is not JSON whitespace, or -1."""
-    index = end - 1
-    while index >= 0 and data[index] in _WS:
-        index -= 1
-    return index
+    return len(data[:end].rstrip(_WS)) - 1
 
 
 def _find_array_end(carry: bytes, is_bare_array: bool) -> int | None:
@@ -533,9 +565,7 @@ def _whole_events(carry: bytes) -> tuple[list[bytes], int]:
     kept: list[bytes] = []
     position = 0
     while True:
-        start = position
-        while start < len(carry) and carry[start] in b" \t\r\n,":
-            start += 1
+        start = _BETWEEN_EVENTS.match(carry, position).end()
         end = _object_end(carry, start)
         if end is None:
             return kept, start

@@ -21,8 +21,8 @@ Three things need state across lines:
 
 from __future__ import annotations
 
+import io
 import re
-import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +30,7 @@ from pathlib import Path
 import orjson
 
 from pipelines.issues import ParseIssue
+from pipelines.kineto import splitter
 from pipelines.nccl import grammar
 
 RING_ORDER = re.compile(r"^(?:Channel|Ring) \d+(?:/\d+)? :(?:\s+\d+)+$")
@@ -343,7 +344,7 @@ def read_log(path: Path, run_id: str, utc_offset_s: int = 0) -> LogRows:
     reader = _Reader(path, run_id, utc_offset_s)
     data = Path(path).read_bytes()
     if data.startswith(b"\x1f\x8b"):
-        data = zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(data)  # as much as there is, if cut off
+        data = _gunzip(data, reader)
     text = data.decode("utf-8", errors="replace")
     if "\ufffd" in text:
         reader.issue(None, "warning", "invalid UTF-8 was replaced by U+FFFD")
@@ -361,6 +362,25 @@ def read_log(path: Path, run_id: str, utc_offset_s: int = 0) -> LogRows:
             continue
         reader.read_line(number, line)
     return reader.finish()
+
+
+def _gunzip(data: bytes, reader: _Reader) -> bytes:
+    """A compressed log's text: as much as there is when it is cut off, and no more than a real
+    file expands to (the trace reader's bound, `splitter.MAX_EXPANSION`)."""
+    stream, parts = splitter.GzipStream(io.BytesIO(data)), []
+    while True:
+        try:
+            part = stream.read(splitter.READ_BYTES)
+        except EOFError:
+            break  # cut off: the last line is reported as cut
+        except OSError as problem:
+            reason = str(problem) if isinstance(problem, splitter.TooExpanded) else f"compressed stream ends early: {problem}"
+            reader.issue(None, "error", reason)
+            break
+        if not part:
+            break
+        parts.append(part)
+    return b"".join(parts)
 
 
 def _int(value) -> int | None:
