@@ -1,19 +1,16 @@
 """The job's own traces: plain torchrun jobs that profile themselves (no wirespeed import), under
-`wirespeed collect --traces DIR`, on one host and on two hosts emulated by UTS namespaces (each its
-own host name and its own working folder, as two machines' disks)."""
+`wirespeed collect --traces DIR`, on one host and on two hosts of the emulated cluster (each its own
+network namespace, host name and working folder, as two machines' disks)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from conftest import REPO, wirespeed
+from conftest import REPO, require_cluster, wirespeed
 from collectors.demo_ddp import free_port
 
 # A 2-rank DDP job that profiles two steps the usual way, into its own outputs/traces.
@@ -83,28 +80,25 @@ def test_a_plain_torchrun_jobs_own_traces_are_taken_and_the_run_ingests_complete
     assert sql_json(warehouse, "SELECT * FROM parse_issues") == []
 
 
-@pytest.fixture
-def two_hosts_allowed():
-    if shutil.which("unshare") is None or subprocess.run(["unshare", "--uts", "true"]).returncode != 0:
-        pytest.skip("emulating a second host needs `unshare --uts` (root)")
-
-
-@pytest.mark.usefixtures("two_hosts_allowed")
 def test_on_two_hosts_each_takes_its_own_ranks_traces(tmp_path):
+    """On the emulated cluster: each host its own network namespace, host name and working folder."""
+    require_cluster()
+    from pipelines.cluster import INTERFACE, Cluster
+
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
-    port = str(free_port())
-    hosts = []
-    for node in (0, 1):
-        job = job_folder(tmp_path / f"host{node}")
-        torchrun = [TORCHRUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
-                    "--master-addr", "127.0.0.1", "--master-port", port, "train.py"]
-        argv = ["unshare", "--uts", "sh", "-c", f'hostname host{node} && exec "$@"', "sh",
-                *collect_argv(landing, "two", "--nnodes", "2"), *torchrun]
-        hosts.append(subprocess.Popen(argv, cwd=job, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for launched in hosts:
-        stdout, stderr = launched.communicate(timeout=300)
-        assert launched.returncode == 0, stderr
-        assert "no traces" not in stdout
+    with Cluster(hosts=2, link_mbit=1000) as cluster:
+        hosts = []
+        for node in (0, 1):
+            job = job_folder(tmp_path / f"host{node}")
+            torchrun = [TORCHRUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+                        "--master-addr", cluster.hosts[0].address, "--master-port", "29500", "train.py"]
+            hosts.append(cluster.popen(node, [*collect_argv(landing, "two", "--nnodes", "2"), *torchrun], cwd=job,
+                                       env={**ENV, "GLOO_SOCKET_IFNAME": INTERFACE},
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        for launched in hosts:
+            stdout, stderr = launched.communicate(timeout=300)
+            assert launched.returncode == 0, stderr
+            assert "no traces" not in stdout
     run = landing / "two"
     manifest = json.loads((run / "manifest.json").read_text())
     assert sorted((t["host"], Path(t["source"]).parent.parent.parent.name) for t in manifest["job_traces"]) == [
