@@ -16,12 +16,12 @@
 -- it at that rate: the bits of every collective of the host's ranks on the link (ranks of one host
 -- share its NIC), each in proportion to how much of it fell in the period, over the rate, at most
 -- the whole period; each share splits in that proportion, and the rest, the CPU's, stays. Where
--- the CPUs had time to spare, or the rate is unknown, the part no link shortens is the latency of
--- its op on its link: the
+-- the CPUs had time to spare (the rest is then the protocol's, which a faster link speeds up too),
+-- or the rate is unknown, the part no link shortens is the latency of its op on its link: the
 -- intercept of a least-squares line of share against the bits each rank sends over the run's
--- collectives of that op and link (0 when they all have one size). That latency is also all
--- that stays at full line rate (`latency_ns`). The intercept needs no line rate, so the split
--- holds on a link of unknown rate too. `wire_ns` = 8 S f / link_gbps is the transfer at the run's
+-- collectives of that op and link (0 when they all have one size). That latency is also all that
+-- stays at full line rate (`latency_ns`). The intercept needs no line rate, so the split holds on
+-- a link of unknown rate too. `wire_ns` = 8 S f / link_gbps is the transfer at the run's
 -- full line rate. The rest of the share is transfer. How long a rank waited for a late rank is in
 -- neither: the replay finds it again from when the ranks arrive. A collective of unknown size is
 -- all rest (the replay cannot scale it).
@@ -56,9 +56,9 @@
 --   bits DOUBLE  8 S f: what each rank sends, in bits; 0 when the size is unknown.
 --   wire_ns BIGINT  8 S f / link_gbps: its transfer at the run's line rate; 0 when not known.
 --   transfer_ns BIGINT  The part of its time a faster link shortens in proportion.
---   rest_ns BIGINT  The part no faster link shortens: where the line rate is known, what the busy
---       period took beyond what the host's link carried at that rate (the CPU's part, the
---       protocol's), else the latency of its op on its link.
+--   rest_ns BIGINT  The part no faster link shortens: where the line rate is known and the host's
+--       CPUs were saturated, what the busy period took beyond what the host's link carried at that
+--       rate (the CPU's part); else the latency of its op on its link.
 --   latency_ns BIGINT  The part not even the full line rate removes: the latency of its op on its
 --       link (the least-squares intercept); `rest_ns` less the transport's inefficiency, which the
 --       full line rate removes (transfers = 'line rate').
