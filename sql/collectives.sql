@@ -13,8 +13,9 @@
 -- thread's group, and a send's or receive's group and peer, are read from the trace's threads,
 -- the peers its `c10d` calls name and which ranks' instances end together (`_gloo_groups`,
 -- pipelines/gloo_groups.py); a rank whose trace lists no groups keeps its default group. `bytes`
--- is the message size S of the nccl-tests convention, from which bus bandwidth follows: the input for allreduce, reducescatter, alltoall, broadcast, reduce and
--- send; the whole output for allgather and recv. `seq` is the trace's `Seq` where it has one,
+-- is the message size S of the nccl-tests convention, from which bus bandwidth follows: the input
+-- for allreduce, reducescatter, alltoall, broadcast, reduce and send; the whole output for
+-- allgather and recv. `seq` is the trace's `Seq` where it has one,
 -- else the instance's position among the rank's collectives of the same group (or stream).
 -- A kernel's duration includes waiting for the other ranks.
 --
