@@ -33,4 +33,40 @@
 --   source VARCHAR  'debug log' or 'profiler plugin'.
 --   log_file VARCHAR  The log file.
 --   line BIGINT  Line in it.
-SELECT * FROM _nccl_calls_input
+WITH call_lines AS (
+  -- Most call lines were read by pipelines/nccl/lines.py, the rest by logfile.py; each call is
+  -- joined to its communicator as it stood at the call's line.
+  SELECT * FROM read_parquet(getvariable('nccl_call_files'))
+  UNION ALL BY NAME
+  SELECT * FROM _nccl_call_lines
+),
+numbered AS (
+  SELECT *, row_number() OVER (PARTITION BY log_file, host, pid, comm ORDER BY line) - 1 AS seq
+  FROM call_lines
+),
+versions AS (
+  SELECT *, lead(line) OVER (PARTITION BY log_file, host, pid, comm ORDER BY line) AS until_line
+  FROM _nccl_comm_versions
+),
+named AS (
+  SELECT n.*, v.comm_id, v.rank, COALESCE(NULLIF(n.nranks, 0), v.nranks) AS call_nranks
+  FROM numbered AS n
+  LEFT JOIN versions AS v
+    ON n.log_file = v.log_file AND n.host = v.host AND n.pid = v.pid AND n.comm = v.comm
+   AND n.line > v.line AND (v.until_line IS NULL OR n.line < v.until_line)
+)
+SELECT
+  c.run_id, c.host, c.pid, c.tid, c.device, c.comm, c.comm_id, c.rank, c.op, c.op_count, c.seq, c.count,
+  COALESCE(d.name, 'code ' || c.datatype) AS dtype,
+  c.count * d.size AS bytes,
+  c.count * d.size * CASE WHEN list_contains(getvariable('nccl_per_rank_ops'), c.op) AND c.call_nranks <> 0
+                          THEN c.call_nranks ELSE 1 END AS message_bytes,
+  c.root,
+  CASE WHEN list_contains(getvariable('nccl_reductions'), c.op) THEN COALESCE(r.name, 'code ' || c.reduce_op) END AS reduce_op,
+  c.call_nranks AS nranks, c.logged_at_ns, 'debug log' AS source, c.log_file, c.line
+FROM named AS c
+LEFT JOIN _nccl_datatypes AS d ON d.code = TRY_CAST(c.datatype AS BIGINT)
+LEFT JOIN _nccl_reduce_ops AS r ON r.code = TRY_CAST(c.reduce_op AS BIGINT)
+UNION ALL BY NAME
+SELECT * FROM _nccl_profiler_calls
+ORDER BY log_file, line

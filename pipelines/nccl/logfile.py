@@ -4,7 +4,9 @@ A log may hold NCCL debug lines of one process (NCCL_DEBUG_FILE) or of many (a j
 nccl-tests result tables, NCCL profiler-plugin records, PyTorch watchdog lines and anything else a
 job prints. Every whole line that can be parsed is parsed; a line cut off at the end of the file,
 a garbled NCCL line or binary garbage becomes a ParseIssue naming the file and line, and reading
-goes on.
+goes on. The call lines, nearly all of a large log, are read by polars' streaming engine
+(lines.py) into Parquet; this module reads every other line, in order, and sql/nccl_calls.sql
+joins the calls to the communicators as they stood at each call's line.
 
 Three things need state across lines:
 - communicators: COLL lines name a per-process `comm` pointer; the Init lines map it to the
@@ -22,18 +24,20 @@ Three things need state across lines:
 from __future__ import annotations
 
 import re
-import zlib
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import orjson
+import polars as pl
 
+from pipelines import sql
 from pipelines.issues import ParseIssue
-from pipelines.nccl import grammar
+from pipelines.nccl import grammar, lines
 
 RING_ORDER = re.compile(r"^(?:Channel|Ring) \d+(?:/\d+)? :(?:\s+\d+)+$")
-RANK_PREFIX = re.compile(r"^\[Rank \d+\] ")
 TEST_HEADER = re.compile(r"^#\s+size\s+count\s+type\b")
 TEST_NAME = re.compile(r"(?:Collective test starting: |\./)(\w+_perf)\b")
 TEST_DEVICE = re.compile(r"^#\s+Rank\s+(\d+)(?: Group\s+\d+)? Pid\s+\d+ on\s+(\S+) device")
@@ -43,18 +47,24 @@ COLLECTIVE_NAMES = {
 }
 # Ops whose COLL `count` is per rank, so that the nccl-tests message size S is count x size x nranks.
 PER_RANK_COUNT = {"allgather", "reducescatter", "alltoall", "gather", "scatter"}
+# Ops whose `op` field is a reduction (sum, max, ...); for the others it means nothing.
+REDUCTIONS = {"allreduce", "reduce", "reducescatter"}
 
 
 @dataclass
 class LogRows:
     comms: list[dict] = field(default_factory=list)
     connections: list[dict] = field(default_factory=list)
-    calls: list[dict] = field(default_factory=list)
+    calls: list[dict] = field(default_factory=list)  # profiler-plugin calls; after read_log, every call
     messages: list[dict] = field(default_factory=list)
     tests: list[dict] = field(default_factory=list)
     issues: list[ParseIssue] = field(default_factory=list)
-    lines: int = 0
     parsed: int = 0
+    # The inputs of sql/nccl_calls.sql: the streaming pass's call lines (Parquet), the call lines
+    # read here, and each communicator's identity from the line that gave it.
+    call_file: Path | None = None
+    call_lines: list[dict] = field(default_factory=list)
+    comm_versions: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -76,7 +86,6 @@ class _Reader:
         self.networks: dict[tuple, dict[str, str]] = defaultdict(dict)  # (host, pid) -> kind -> detail
         self.setting_up: dict[tuple, _Comm] = {}  # (host, pid, device) -> communicator being set up
         self.pending: dict[tuple, list[dict]] = defaultdict(list)  # connections waiting for their communicator
-        self.calls_in_comm: dict[tuple, int] = defaultdict(int)
         self.test: dict = {"name": None, "columns": None, "hosts": {}}
 
     # --- lines -----------------------------------------------------------------------------------
@@ -94,13 +103,13 @@ class _Reader:
             self.rows.parsed += 1
 
     def nccl_line(self, number: int, line: grammar.Line) -> None:
-        message = RANK_PREFIX.sub("", line.message)
+        message = grammar.RANK_PREFIX.sub("", line.message)
         if line.level == "WARN":
             self.message(number, line, "WARN", grammar.classify(message), message)
         elif (version := grammar.VERSION.match(message)) is not None:
             self.versions[(line.host, line.pid)] = version.group(1)
         elif (coll := grammar.COLL.match(message)) is not None:
-            self.call(number, line, coll)
+            self.call_line(number, line, coll)
         elif grammar.COLL_START.match(message):
             self.issue(number, "error", f"garbled COLL line skipped: {message[:120]!r}")
             return
@@ -164,8 +173,10 @@ class _Reader:
                 "log_file": self.path, "line": number,
             })
             self.comms[key] = comm
+            self.comm_version(number, comm)
         elif init.group("comm_id") and comm.row["comm_id_source"] != "commId":
             comm.row.update(comm_id=init.group("comm_id"), comm_id_source="commId")
+            self.comm_version(number, comm)
         setup = (line.host, line.pid, line.device)
         if init.group("phase") == "COMPLETE":
             comm.connections += self.pending.pop(setup, [])
@@ -173,6 +184,14 @@ class _Reader:
         else:  # Init START, or the 2.3/2.4 comm line printed when set-up begins
             comm.connections += self.pending.pop(setup, [])
             self.setting_up[setup] = comm
+
+    def comm_version(self, number: int, comm: _Comm) -> None:
+        """The communicator as calls on later lines see it (its comm_id may change once, to commId)."""
+        row = comm.row
+        self.rows.comm_versions.append({
+            "log_file": self.path, "host": row["host"], "pid": row["pid"], "comm": row["comm"], "line": number,
+            "comm_id": row["comm_id"], "rank": row["rank"], "nranks": row["nranks"],
+        })
 
     def connection(self, number: int, line: grammar.Line, match: re.Match) -> None:
         via = match.group("via").strip()
@@ -208,20 +227,15 @@ class _Reader:
 
     # --- calls, messages, nccl-tests, profiler records ---------------------------------------
 
-    def call(self, number: int, line: grammar.Line, match: re.Match) -> None:
-        op = COLLECTIVE_NAMES.get(match.group("op").lower(), match.group("op").lower())
-        datatype, size = grammar.DATATYPES.get(int(match.group("datatype")), (f"code {match.group('datatype')}", None))
-        count = int(match.group("count"))
-        nranks = _int(match.group("nranks"))
-        comm = self.comms.get((line.host, line.pid, match.group("comm")))
-        key = (line.host, line.pid, match.group("comm"))
-        self.calls_in_comm[key] += 1
-        self.rows.calls.append(self._call_row(
-            number, line.host, line.pid, line.tid, line.device, match.group("comm"), comm, op, int(match.group("op_count"), 16),
-            self.calls_in_comm[key] - 1, count, datatype, size, int(match.group("root")),
-            grammar.REDUCE_OPS.get(int(match.group("reduce_op")), f"code {match.group('reduce_op')}") if op in ("allreduce", "reduce", "reducescatter") else None,
-            nranks or (comm.row["nranks"] if comm else None), line.logged_at_ns, "debug log",
-        ))
+    def call_line(self, number: int, line: grammar.Line, match: re.Match) -> None:
+        """A call line the streaming pass left here, in its columns (lines.CALL_LINE_COLUMNS)."""
+        self.rows.call_lines.append({
+            "run_id": self.run_id, "log_file": self.path, "line": number, "host": line.host, "pid": line.pid,
+            "tid": line.tid, "device": line.device, "comm": match.group("comm"), "op": match.group("op").lower(),
+            "op_count": int(match.group("op_count"), 16), "count": int(match.group("count")),
+            "datatype": match.group("datatype"), "reduce_op": match.group("reduce_op"), "root": int(match.group("root")),
+            "nranks": _int(match.group("nranks")), "logged_at_ns": line.logged_at_ns,
+        })
 
     def _call_row(self, number, host, pid, tid, device, pointer, comm, op, op_count, seq, count, datatype, size, root,
                   reduce_op, nranks, logged_at_ns, source) -> dict:
@@ -338,29 +352,70 @@ class _Reader:
         return self.rows
 
 
-def read_log(path: Path, run_id: str, utc_offset_s: int = 0) -> LogRows:
-    """Parse every whole line of an NCCL log (gzip-compressed or not); report the rest."""
+def scan_log(path: Path, run_id: str, work: Path, utc_offset_s: int = 0) -> LogRows:
+    """Read every whole line of an NCCL log (gzip-compressed or not), report the rest; the call
+    lines stay in Parquet in `work` for sql/nccl_calls.sql (see `register_calls`)."""
     reader = _Reader(path, run_id, utc_offset_s)
-    data = Path(path).read_bytes()
-    if data.startswith(b"\x1f\x8b"):
-        data = zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(data)  # as much as there is, if cut off
-    text = data.decode("utf-8", errors="replace")
-    if "\ufffd" in text:
-        reader.issue(None, "warning", "invalid UTF-8 was replaced by U+FFFD")
-    lines = text.split("\n")
-    cut = not text.endswith("\n") and lines[-1] != ""
-    if text.endswith("\n"):
-        lines.pop()
-    for number, raw in enumerate(lines, start=1):
-        reader.rows.lines += 1
-        line = raw.rstrip("\r")
+    split = lines.split(Path(path), work, run_id, utc_offset_s, lambda *issue: reader.issue(*issue))
+    replaced = False
+    for number, line in lines.other_lines(split):
+        replaced = replaced or "\ufffd" in line
         if not line.strip():
             continue
-        if cut and number == len(lines):
+        if number == split.cut_line:
             reader.issue(number, "error", f"the file ends in the middle of this line; skipped: {line[:80]!r}")
             continue
         reader.read_line(number, line)
+    if replaced:
+        reader.rows.issues.insert(0, ParseIssue(reader.path, None, None, "warning", "invalid UTF-8 was replaced by U+FFFD"))
+    reader.rows.call_file = split.calls
+    reader.rows.parsed += split.call_count
     return reader.finish()
+
+
+def read_log(path: Path, run_id: str, utc_offset_s: int = 0) -> LogRows:
+    """Every row of one NCCL log, its calls among them, as Python rows (for small logs and tests)."""
+    with tempfile.TemporaryDirectory(prefix="wirespeed-nccl-") as work:
+        rows = scan_log(path, run_id, Path(work), utc_offset_s)
+        con = sql.session()
+        try:
+            register_calls(con, [rows])
+            result = con.execute(sql.table("nccl_calls").select())
+            names = [column[0] for column in result.description]
+            rows.calls = [dict(zip(names, values, strict=True)) for values in result.fetchall()]
+        finally:
+            con.close()
+    return rows
+
+
+CALL_INPUTS = ("_nccl_profiler_calls", "_nccl_call_lines", "_nccl_comm_versions", "_nccl_datatypes", "_nccl_reduce_ops")
+
+
+def register_calls(con: duckdb.DuckDBPyConnection, logs: list[LogRows]) -> None:
+    """What sql/nccl_calls.sql reads, for the calls of `logs` (all of one run), in `con`."""
+    import pyarrow as pa  # here, not above: it loads while the files parse (see stages.parse)
+
+    table = sql.table("nccl_calls")
+    profiler = [row for log in logs for row in log.calls]
+    con.register("_nccl_profiler_calls", pa.table({c.name: [row.get(c.name) for row in profiler] for c in table.columns}))
+    con.register("_nccl_call_lines", pl.DataFrame(
+        [row for log in logs for row in log.call_lines], schema=lines.CALL_LINE_COLUMNS, orient="row").to_arrow())
+    con.register("_nccl_comm_versions", pl.DataFrame([row for log in logs for row in log.comm_versions], schema={
+        "log_file": pl.String, "host": pl.String, "pid": pl.Int64, "comm": pl.String, "line": pl.Int64,
+        "comm_id": pl.String, "rank": pl.Int32, "nranks": pl.Int32}, orient="row").to_arrow())
+    con.register("_nccl_datatypes", pa.table({
+        "code": list(grammar.DATATYPES), "name": [n for n, _ in grammar.DATATYPES.values()],
+        "size": [s for _, s in grammar.DATATYPES.values()]}))
+    con.register("_nccl_reduce_ops", pa.table({"code": list(grammar.REDUCE_OPS), "name": list(grammar.REDUCE_OPS.values())}))
+    sql.set_variables(
+        con, nccl_call_files=[str(log.call_file) for log in logs if log.call_file is not None],
+        nccl_per_rank_ops=sorted(PER_RANK_COUNT), nccl_reductions=sorted(REDUCTIONS),
+    )
+
+
+def unregister_calls(con: duckdb.DuckDBPyConnection) -> None:
+    for name in CALL_INPUTS:
+        con.unregister(name)
 
 
 def _int(value) -> int | None:

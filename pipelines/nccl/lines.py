@@ -1,0 +1,162 @@
+"""The streaming pass over an NCCL log: its call lines become columns, the rest is left to the reader.
+
+With `NCCL_DEBUG_SUBSYS=COLL` nearly every line of a log is one collective or point-to-point call
+of one rank, and a large job's logs reach gigabytes. polars' streaming engine reads the lines in
+bounded memory, on every core, and splits each call line into its fields with the grammar's own
+pattern (`grammar.COLL_LINE`); every other line (versions, communicator set-up, connections,
+warnings, nccl-tests tables, profiler records, garbage) goes, with its number, to the per-line
+reader of logfile.py, which keeps the state those lines need. A call line is taken here only where
+it is certain to read as the per-line reader reads it: printable ASCII, one `NCCL ` anchor,
+numbers that fit their columns, and before the prefix nothing but text without a timestamp or
+NCCL's own timestamp (Open MPI's stamps and anything doubtful go to the reader). So both ways
+give the same rows.
+
+polars reads UTF-8 lines only: a log with invalid UTF-8 is first copied with U+FFFD for the bad
+bytes, as Python's decoder replaces them; a gzip log is first decompressed (every member, and as
+much of a cut one as there is), both into the work folder, block by block.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+from isal import isal_zlib
+
+from pipelines.nccl import grammar
+
+BLOCK_BYTES = 8 << 20
+# NCCL's timestamp where Python's datetime and polars' parser agree on what is a time (no leap
+# second, no year 0); other stamps leave their lines to the per-line reader.
+PLAIN_TIMESTAMP = r"\[[1-9]\d{3}-\d\d-\d\d[ _](?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?\] $"
+CALL_LINE_COLUMNS = {
+    "run_id": pl.String, "log_file": pl.String, "line": pl.Int64, "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "device": pl.Int32, "comm": pl.String,
+    "op": pl.String, "op_count": pl.Int64, "count": pl.Int64, "datatype": pl.String, "reduce_op": pl.String,
+    "root": pl.Int32, "nranks": pl.Int32, "logged_at_ns": pl.Int64,
+}
+
+
+@dataclass
+class Split:
+    calls: Path  # Parquet: one row per call line, CALL_LINE_COLUMNS
+    call_count: int
+    other: Path  # Parquet: line, text of every other line that is not blank
+    cut_line: int | None  # the last line, when the file ends in the middle of it
+
+
+def split(path: Path, work: Path, run_id: str, utc_offset_s: int, issue: Callable[[int | None, str, str], None]) -> Split:
+    """Split the log at `path` into its call lines and the rest, in `work`."""
+    work.mkdir(parents=True, exist_ok=True)
+    text = _plain(path, work, issue)
+    cut_line = _cut_line(text)
+    calls, other = work / "calls.parquet", work / "other.parquet"
+    try:
+        _run(text, calls, other, utc_offset_s, cut_line, [run_id, str(path)])
+    except pl.exceptions.ComputeError as error:
+        if "utf8" not in str(error).lower() and "utf-8" not in str(error).lower():
+            raise
+        text = _replace_invalid_utf8(text, work / "log-utf8.txt")
+        _run(text, calls, other, utc_offset_s, cut_line, [run_id, str(path)])
+    return Split(calls, pl.scan_parquet(calls).select(pl.len()).collect().item(), other, cut_line)
+
+
+def other_lines(split: Split) -> Iterator[tuple[int, str]]:
+    """The lines the streaming pass left to the per-line reader, in file order."""
+    for batch in pq.ParquetFile(split.other).iter_batches(batch_size=65_536):
+        yield from zip(batch.column("line").to_pylist(), batch.column("text").to_pylist(), strict=True)
+
+
+def _run(text: Path, calls: Path, other: Path, utc_offset_s: int, cut_line: int | None, names: list[str]) -> None:
+    """One streaming pass: call lines to `calls` (their run and log file `names`), the rest to `other`."""
+    lines = (
+        pl.scan_lines(text, name="text", row_index_name="line", row_index_offset=1)
+        .with_columns(pl.col("line").cast(pl.Int64), pl.col("text").str.strip_chars_end("\r"))
+        .with_columns(pl.col("text").str.extract_groups(grammar.COLL_LINE).alias("fields"))
+        .unnest("fields")
+    )
+    before, text_col = pl.col("before"), pl.col("text")
+    numbers = [pl.col(name).cast(pl.Int64, strict=False) for name in ("pid", "tid", "count")]
+    small = [pl.col(name).cast(pl.Int32, strict=False) for name in ("device", "root", "nranks")]
+    op_count = pl.col("op_count").str.to_integer(base=16, strict=False)
+    plain_stamp = before.str.contains(PLAIN_TIMESTAMP)
+    no_stamp = ~before.str.contains(grammar.NCCL_TIMESTAMP_TEXT) & ~before.str.contains(grammar.OPENMPI_PREFIX.pattern)
+    fits = pl.all_horizontal([n.is_not_null() for n in numbers] + [op_count.is_not_null()]
+                             + [s.is_not_null() | pl.col(s.meta.output_name()).is_null() for s in small])
+    is_call = (
+        pl.col("op").is_not_null()
+        & text_col.str.contains(r"^[\x20-\x7e]*$")
+        & (text_col.str.count_matches("NCCL ", literal=True) == 1)
+        & (plain_stamp | no_stamp)
+        & fits
+        & (pl.col("line") != (cut_line or 0))
+    )
+    stamp = before.str.extract_groups(grammar.NCCL_TIMESTAMP_TEXT)
+    seconds = (
+        pl.concat_str(stamp.struct.field("day"), pl.lit(" "), stamp.struct.field("clock"))
+        .str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S", strict=False)
+        .dt.epoch("s")
+    )
+    nanos = stamp.struct.field("fraction").str.slice(1).str.pad_end(9, "0").str.slice(0, 9).cast(pl.Int64).fill_null(0)
+    logged = pl.when(plain_stamp).then((seconds - utc_offset_s) * 1_000_000_000 + nanos)
+    marked = lines.with_columns(is_call.alias("is_call"))
+    call_rows = marked.filter("is_call").select(
+        pl.lit(names[0]).alias("run_id"), pl.lit(names[1]).alias("log_file"), "line", "host", *numbers[:2], small[0], "comm", pl.col("op").str.to_lowercase(), op_count.alias("op_count"),
+        numbers[2], "datatype", "reduce_op", small[1], small[2], logged.alias("logged_at_ns"),
+    ).cast(CALL_LINE_COLUMNS)
+    rest = marked.filter(~pl.col("is_call") & (text_col.str.strip_chars(" ") != "")).select("line", "text")
+    pl.collect_all([call_rows.sink_parquet(calls, compression="lz4", lazy=True),
+                    rest.sink_parquet(other, compression="lz4", lazy=True)])
+
+
+def _plain(path: Path, work: Path, issue: Callable[[int | None, str, str], None]) -> Path:
+    """The log as plain text: itself, or its gzip members decompressed into `work`."""
+    with open(path, "rb") as handle:
+        if handle.read(2) != b"\x1f\x8b":
+            return path
+        handle.seek(0)
+        target = work / "log.txt"
+        member = isal_zlib.decompressobj(zlib.MAX_WBITS | 16)
+        read = 0
+        with open(target, "wb") as out:
+            while block := handle.read(BLOCK_BYTES):
+                read += len(block)
+                try:
+                    out.write(member.decompress(block))
+                    while member.eof and member.unused_data:  # the next member of a concatenated gzip
+                        rest = member.unused_data
+                        member = isal_zlib.decompressobj(zlib.MAX_WBITS | 16)
+                        out.write(member.decompress(rest))
+                except isal_zlib.error as damage:
+                    issue(None, "error", f"gzip data damaged within the first {read} bytes ({damage}); the rest is not read")
+                    break
+    return target
+
+
+def _cut_line(text: Path) -> int | None:
+    """The number of the last line when the file does not end with a newline (it was cut)."""
+    with open(text, "rb") as handle:
+        handle.seek(0, 2)
+        if handle.tell() == 0:
+            return None
+        handle.seek(-1, 2)
+        if handle.read(1) == b"\n":
+            return None
+        handle.seek(0)
+        return sum(block.count(b"\n") for block in iter(lambda: handle.read(BLOCK_BYTES), b"")) + 1
+
+
+def _replace_invalid_utf8(text: Path, target: Path) -> Path:
+    """A copy with each invalid UTF-8 sequence replaced by U+FFFD, block by block at line ends."""
+    with open(text, "rb") as source, open(target, "wb") as out:
+        rest = b""
+        while block := source.read(BLOCK_BYTES):
+            data = rest + block
+            end = data.rfind(b"\n") + 1
+            rest = data[end:]
+            out.write(data[:end].decode("utf-8", errors="replace").encode())
+        out.write(rest.decode("utf-8", errors="replace").encode())
+    return target
