@@ -69,4 +69,3 @@ LEFT JOIN _nccl_datatypes AS d ON d.code = TRY_CAST(c.datatype AS BIGINT)
 LEFT JOIN _nccl_reduce_ops AS r ON r.code = TRY_CAST(c.reduce_op AS BIGINT)
 UNION ALL BY NAME
 SELECT * FROM _nccl_profiler_calls
-ORDER BY log_file, line

@@ -288,7 +288,7 @@ def read_line_by_line(path, run_id: str) -> list[dict]:
     con = sql.session()
     try:
         register_calls(con, [rows])
-        result = con.execute(sql.table("nccl_calls").select())
+        result = con.execute(f"SELECT * FROM ({sql.table('nccl_calls').select()}) ORDER BY line")
         names = [column[0] for column in result.description]
         calls = [dict(zip(names, values, strict=True)) for values in result.fetchall()]
         unregister_calls(con)

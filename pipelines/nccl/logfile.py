@@ -380,7 +380,7 @@ def read_log(path: Path, run_id: str, utc_offset_s: int = 0) -> LogRows:
         con = sql.session()
         try:
             register_calls(con, [rows])
-            result = con.execute(sql.table("nccl_calls").select())
+            result = con.execute(f"SELECT * FROM ({sql.table('nccl_calls').select()}) ORDER BY line")
             names = [column[0] for column in result.description]
             rows.calls = [dict(zip(names, values, strict=True)) for values in result.fetchall()]
         finally:
