@@ -32,7 +32,8 @@ from pipelines import fr_dumps, sql
 from pipelines.issues import ParseIssue
 from pipelines.kineto import normalize
 from pipelines.kineto.splitter import CannotCut, NotATrace
-from pipelines.nccl.logfile import register_calls, scan_log, unregister_calls
+from pipelines.nccl import calls as nccl_calls
+from pipelines.nccl.logfile import scan_log
 from pipelines.settings import Settings
 from pipelines.sources import RunSource
 from pipelines.warehouse import Warehouse
@@ -368,15 +369,7 @@ def _write_logs(
                 issues.append(ParseIssue(str(path), None, None, "info", "read as an NCCL log, but no line in it is one wirespeed reads"))
             if progress:
                 progress(path.stat().st_size)
-        calls = warehouse.table_dir(version, "nccl_calls") / "part-0.parquet"
-        if logs:
-            register_calls(con, logs)
-            try:
-                sql.write_parquet(con, f"({sql.table('nccl_calls').select()})", calls)
-            finally:
-                unregister_calls(con)
-        else:
-            sql.write_empty("nccl_calls", calls)
+        nccl_calls.write(logs, warehouse.table_dir(version, "nccl_calls"))
     for name, table_rows in rows.items():
         _write_rows(con, name, table_rows, warehouse.table_dir(version, name))
 

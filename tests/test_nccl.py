@@ -255,6 +255,7 @@ def mixed_log_lines() -> list[str]:
         f"nodeB:22:23 [1] 12.5 enqueue.cc:88 NCCL TRACE " + CALL.format(n=2, count=2, dt=4, op=0, comm="0xb", nranks=4),
         f"nodeB:22:23 [1] NCCL WARN " + CALL.format(n=3, count=2, dt=4, op=0, comm="0xb", nranks=4),  # a warning
         f"n\u00f6de:33:33 [0] NCCL INFO " + CALL.format(n=0, count=3, dt=7, op=0, comm="(nil)", nranks=2),
+        f"{a} " + CALL.format(n=5, count=3, dt=7, op=0, comm="0xa", nranks=2).replace("0x1", "0x1\x00"),  # binary
         f"x\tNCCL note {a} " + CALL.format(n=5, count=3, dt=7, op=0, comm="0xa", nranks=2),
         f"{a} see {a} " + CALL.format(n=5, count=3, dt=7, op=0, comm="0xa", nranks=2),  # an INFO line about a call
         f"{a} " + CALL.format(n=5, count=3, dt=7, op=0, comm="0xa", nranks=2) + "\r",
@@ -268,11 +269,11 @@ def mixed_log_lines() -> list[str]:
 
 def read_line_by_line(path, run_id: str) -> list[dict]:
     """The calls of a plain log as the per-line grammar alone reads them (every line through
-    logfile's reader, none through polars), through the same nccl_calls.sql."""
+    logfile's reader, none through polars' streaming pass), numbered and named as the table is."""
     import polars as pl
 
-    from pipelines.nccl import lines
-    from pipelines.nccl.logfile import _Reader, register_calls, unregister_calls
+    from pipelines.nccl import calls
+    from pipelines.nccl.logfile import _Reader
 
     reader = _Reader(path, run_id, 0)
     text = path.read_bytes().decode("utf-8", errors="replace")
@@ -283,21 +284,11 @@ def read_line_by_line(path, run_id: str) -> list[dict]:
         if line.strip() and not (cut and number == len(numbered)):
             reader.read_line(number, line)
     rows = reader.finish()
-    rows.call_file = path.parent / "no-calls.parquet"
-    pl.DataFrame(schema=lines.CALL_LINE_COLUMNS).write_parquet(rows.call_file)
-    con = sql.session()
-    try:
-        register_calls(con, [rows])
-        result = con.execute(f"SELECT * FROM ({sql.table('nccl_calls').select()}) ORDER BY line")
-        names = [column[0] for column in result.description]
-        calls = [dict(zip(names, values, strict=True)) for values in result.fetchall()]
-        unregister_calls(con)
-    finally:
-        con.close()
-    return calls
+    return pl.concat([pl.DataFrame(schema=calls.schema()), *calls.frames([rows])]).sort("line").to_dicts()
 
 
-def test_streaming_pass_reads_calls_as_the_line_grammar_does(tmp_path):
+def test_streaming_pass_reads_calls_as_the_line_grammar_does(tmp_path, monkeypatch):
+    from pipelines.nccl import calls
     from pipelines.nccl.logfile import scan_log
 
     log = tmp_path / "mixed.log"
@@ -305,6 +296,8 @@ def test_streaming_pass_reads_calls_as_the_line_grammar_does(tmp_path):
     log.write_text("\n".join(body * 3 + body[:1]))  # cut in the middle of its last line
     streamed = read_log(log, "r")
     assert streamed.calls == read_line_by_line(log, "r")
+    monkeypatch.setattr(calls, "BATCH_ROWS", 3)  # seq carried across batches, the reader's calls merged in
+    assert read_log(log, "r").calls == streamed.calls
     # Both readers had their share, and the communicator's identity changed between its calls.
     scanned = scan_log(log, "r", tmp_path / "work")
     assert len(scanned.call_lines) >= 15 and scanned.parsed - len(scanned.call_lines) >= 15

@@ -66,6 +66,10 @@ DATATYPES = {
 }
 DATATYPE_NAMES = {name: size for name, size in DATATYPES.values()}
 REDUCE_OPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
+# Ops whose COLL `count` is per rank, so that the nccl-tests message size S is count x size x nranks.
+PER_RANK_COUNT = ("allgather", "reducescatter", "alltoall", "gather", "scatter")
+# Ops whose `op` field is a reduction (sum, max, ...); for the others it means nothing.
+REDUCTIONS = ("allreduce", "reduce", "reducescatter")
 # ncclResult_t codes, as error chains (`file.cc:123 -> 2`) report them.
 RESULT_CLASSES = {
     1: "cuda error", 2: "system error", 3: "internal error", 4: "invalid argument", 5: "invalid usage",

@@ -3,7 +3,7 @@
 With `NCCL_DEBUG_SUBSYS=COLL` nearly every line of a log is one collective or point-to-point call
 of one rank, and a large job's logs reach gigabytes. polars' streaming engine reads the lines in
 bounded memory, on every core, and splits each call line into its fields with the grammar's own
-pattern (`grammar.COLL_LINE`); every other line (versions, communicator set-up, connections,
+pattern (`grammar.COLL_LINE`, in printable ASCII); every other line (versions, communicator set-up, connections,
 warnings, nccl-tests tables, profiler records, garbage) goes, with its number, to the per-line
 reader of logfile.py, which keeps the state those lines need. A call line is taken here only where
 it is certain to read as the per-line reader reads it: printable ASCII, one `NCCL ` anchor,
@@ -33,6 +33,17 @@ BLOCK_BYTES = 8 << 20
 # NCCL's timestamp where Python's datetime and polars' parser agree on what is a time (no leap
 # second, no year 0); other stamps leave their lines to the per-line reader.
 PLAIN_TIMESTAMP = r"\[[1-9]\d{3}-\d\d-\d\d[ _](?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?\] $"
+# grammar.COLL_LINE with every class narrowed to printable ASCII: a line it matches is all
+# printable ASCII (no binary garbage, nothing Unicode could read otherwise), and the regex engine
+# runs on a smaller alphabet, a fifth faster than the Unicode classes.
+PRINTABLE_CALL_LINE = (
+    grammar.COLL_LINE.replace(".*?", r"[\x20-\x7e]*?")
+    .replace(r"[^\s:\[\]]", r"[\x21-\x39\x3b-\x5a\x5c\x5e-\x7e]")
+    .replace(r"[^)]", r"[\x20-\x28\x2a-\x7e]")
+    .replace(r"\S", r"[\x21-\x7e]")
+    .replace(r"[\d.]", r"[0-9.]")
+    .replace(r"\d", "[0-9]")
+)
 CALL_LINE_COLUMNS = {
     "run_id": pl.String, "log_file": pl.String, "line": pl.Int64, "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "device": pl.Int32, "comm": pl.String,
     "op": pl.String, "op_count": pl.Int64, "count": pl.Int64, "datatype": pl.String, "reduce_op": pl.String,
@@ -75,7 +86,7 @@ def _run(text: Path, calls: Path, other: Path, utc_offset_s: int, cut_line: int 
     lines = (
         pl.scan_lines(text, name="text", row_index_name="line", row_index_offset=1)
         .with_columns(pl.col("line").cast(pl.Int64), pl.col("text").str.strip_chars_end("\r"))
-        .with_columns(pl.col("text").str.extract_groups(grammar.COLL_LINE).alias("fields"))
+        .with_columns(pl.col("text").str.extract_groups(PRINTABLE_CALL_LINE).alias("fields"))
         .unnest("fields")
     )
     before, text_col = pl.col("before"), pl.col("text")
@@ -88,7 +99,6 @@ def _run(text: Path, calls: Path, other: Path, utc_offset_s: int, cut_line: int 
                              + [s.is_not_null() | pl.col(s.meta.output_name()).is_null() for s in small])
     is_call = (
         pl.col("op").is_not_null()
-        & text_col.str.contains(r"^[\x20-\x7e]*$")
         & (text_col.str.count_matches("NCCL ", literal=True) == 1)
         & (plain_stamp | no_stamp)
         & fits

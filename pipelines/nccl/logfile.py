@@ -5,8 +5,8 @@ nccl-tests result tables, NCCL profiler-plugin records, PyTorch watchdog lines a
 job prints. Every whole line that can be parsed is parsed; a line cut off at the end of the file,
 a garbled NCCL line or binary garbage becomes a ParseIssue naming the file and line, and reading
 goes on. The call lines, nearly all of a large log, are read by polars' streaming engine
-(lines.py) into Parquet; this module reads every other line, in order, and sql/nccl_calls.sql
-joins the calls to the communicators as they stood at each call's line.
+(lines.py) into Parquet; this module reads every other line, in order, and calls.py joins the
+calls to the communicators as they stood at each call's line.
 
 Three things need state across lines:
 - communicators: COLL lines name a per-process `comm` pointer; the Init lines map it to the
@@ -29,13 +29,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import duckdb
 import orjson
 import polars as pl
 
-from pipelines import sql
 from pipelines.issues import ParseIssue
-from pipelines.nccl import grammar, lines
+from pipelines.nccl import calls, grammar, lines
 
 RING_ORDER = re.compile(r"^(?:Channel|Ring) \d+(?:/\d+)? :(?:\s+\d+)+$")
 TEST_HEADER = re.compile(r"^#\s+size\s+count\s+type\b")
@@ -45,10 +43,6 @@ COLLECTIVE_NAMES = {
     "allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reducescatter", "broadcast": "broadcast",
     "reduce": "reduce", "send": "send", "recv": "recv", "alltoall": "alltoall", "gather": "gather", "scatter": "scatter",
 }
-# Ops whose COLL `count` is per rank, so that the nccl-tests message size S is count x size x nranks.
-PER_RANK_COUNT = {"allgather", "reducescatter", "alltoall", "gather", "scatter"}
-# Ops whose `op` field is a reduction (sum, max, ...); for the others it means nothing.
-REDUCTIONS = {"allreduce", "reduce", "reducescatter"}
 
 
 @dataclass
@@ -60,8 +54,8 @@ class LogRows:
     tests: list[dict] = field(default_factory=list)
     issues: list[ParseIssue] = field(default_factory=list)
     parsed: int = 0
-    # The inputs of sql/nccl_calls.sql: the streaming pass's call lines (Parquet), the call lines
-    # read here, and each communicator's identity from the line that gave it.
+    # The inputs of calls.py: the streaming pass's call lines (Parquet), the call lines read
+    # here, and each communicator's identity from the line that gave it.
     call_file: Path | None = None
     call_lines: list[dict] = field(default_factory=list)
     comm_versions: list[dict] = field(default_factory=list)
@@ -190,7 +184,7 @@ class _Reader:
         row = comm.row
         self.rows.comm_versions.append({
             "log_file": self.path, "host": row["host"], "pid": row["pid"], "comm": row["comm"], "line": number,
-            "comm_id": row["comm_id"], "rank": row["rank"], "nranks": row["nranks"],
+            "comm_id": row["comm_id"], "rank": row["rank"], "comm_nranks": row["nranks"],
         })
 
     def connection(self, number: int, line: grammar.Line, match: re.Match) -> None:
@@ -240,7 +234,7 @@ class _Reader:
     def _call_row(self, number, host, pid, tid, device, pointer, comm, op, op_count, seq, count, datatype, size, root,
                   reduce_op, nranks, logged_at_ns, source) -> dict:
         buffer_bytes = count * size if size else None
-        scale = nranks if op in PER_RANK_COUNT and nranks else 1
+        scale = nranks if op in grammar.PER_RANK_COUNT and nranks else 1
         return {
             "run_id": self.run_id, "host": host, "pid": pid, "tid": tid, "device": device, "comm": pointer,
             "comm_id": comm.row["comm_id"] if comm else None, "rank": comm.row["rank"] if comm else None,
@@ -354,7 +348,7 @@ class _Reader:
 
 def scan_log(path: Path, run_id: str, work: Path, utc_offset_s: int = 0) -> LogRows:
     """Read every whole line of an NCCL log (gzip-compressed or not), report the rest; the call
-    lines stay in Parquet in `work` for sql/nccl_calls.sql (see `register_calls`)."""
+    lines stay in Parquet in `work` for calls.py."""
     reader = _Reader(path, run_id, utc_offset_s)
     split = lines.split(Path(path), work, run_id, utc_offset_s, lambda *issue: reader.issue(*issue))
     replaced = False
@@ -377,45 +371,8 @@ def read_log(path: Path, run_id: str, utc_offset_s: int = 0) -> LogRows:
     """Every row of one NCCL log, its calls among them, as Python rows (for small logs and tests)."""
     with tempfile.TemporaryDirectory(prefix="wirespeed-nccl-") as work:
         rows = scan_log(path, run_id, Path(work), utc_offset_s)
-        con = sql.session()
-        try:
-            register_calls(con, [rows])
-            result = con.execute(f"SELECT * FROM ({sql.table('nccl_calls').select()}) ORDER BY line")
-            names = [column[0] for column in result.description]
-            rows.calls = [dict(zip(names, values, strict=True)) for values in result.fetchall()]
-        finally:
-            con.close()
+        rows.calls = pl.concat([pl.DataFrame(schema=calls.schema()), *calls.frames([rows])]).sort("line").to_dicts()
     return rows
-
-
-CALL_INPUTS = ("_nccl_profiler_calls", "_nccl_call_lines", "_nccl_comm_versions", "_nccl_datatypes", "_nccl_reduce_ops")
-
-
-def register_calls(con: duckdb.DuckDBPyConnection, logs: list[LogRows]) -> None:
-    """What sql/nccl_calls.sql reads, for the calls of `logs` (all of one run), in `con`."""
-    import pyarrow as pa  # here, not above: it loads while the files parse (see stages.parse)
-
-    table = sql.table("nccl_calls")
-    profiler = [row for log in logs for row in log.calls]
-    con.register("_nccl_profiler_calls", pa.table({c.name: [row.get(c.name) for row in profiler] for c in table.columns}))
-    con.register("_nccl_call_lines", pl.DataFrame(
-        [row for log in logs for row in log.call_lines], schema=lines.CALL_LINE_COLUMNS, orient="row").to_arrow())
-    con.register("_nccl_comm_versions", pl.DataFrame([row for log in logs for row in log.comm_versions], schema={
-        "log_file": pl.String, "host": pl.String, "pid": pl.Int64, "comm": pl.String, "line": pl.Int64,
-        "comm_id": pl.String, "rank": pl.Int32, "nranks": pl.Int32}, orient="row").to_arrow())
-    con.register("_nccl_datatypes", pa.table({
-        "code": list(grammar.DATATYPES), "name": [n for n, _ in grammar.DATATYPES.values()],
-        "size": [s for _, s in grammar.DATATYPES.values()]}))
-    con.register("_nccl_reduce_ops", pa.table({"code": list(grammar.REDUCE_OPS), "name": list(grammar.REDUCE_OPS.values())}))
-    sql.set_variables(
-        con, nccl_call_files=[str(log.call_file) for log in logs if log.call_file is not None],
-        nccl_per_rank_ops=sorted(PER_RANK_COUNT), nccl_reductions=sorted(REDUCTIONS),
-    )
-
-
-def unregister_calls(con: duckdb.DuckDBPyConnection) -> None:
-    for name in CALL_INPUTS:
-        con.unregister(name)
 
 
 def _int(value) -> int | None:
