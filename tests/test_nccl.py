@@ -288,7 +288,7 @@ def read_line_by_line(path, run_id: str) -> list[dict]:
 
 
 def test_streaming_pass_reads_calls_as_the_line_grammar_does(tmp_path, monkeypatch):
-    from pipelines.nccl import calls
+    from pipelines.nccl import calls, lines
     from pipelines.nccl.logfile import scan_log
 
     log = tmp_path / "mixed.log"
@@ -297,7 +297,9 @@ def test_streaming_pass_reads_calls_as_the_line_grammar_does(tmp_path, monkeypat
     streamed = read_log(log, "r")
     assert streamed.calls == read_line_by_line(log, "r")
     monkeypatch.setattr(calls, "BATCH_ROWS", 3)  # seq carried across batches, the reader's calls merged in
-    assert read_log(log, "r").calls == streamed.calls
+    monkeypatch.setattr(lines, "SEGMENT_BYTES", 700)  # lines numbered on across segments
+    segmented = read_log(log, "r")
+    assert segmented.calls == streamed.calls and segmented.issues == streamed.issues
     # Both readers had their share, and the communicator's identity changed between its calls.
     scanned = scan_log(log, "r", tmp_path / "work")
     assert len(scanned.call_lines) >= 15 and scanned.parsed - len(scanned.call_lines) >= 15
@@ -307,8 +309,13 @@ def test_streaming_pass_reads_calls_as_the_line_grammar_does(tmp_path, monkeypat
     assert [i.line for i in streamed.issues if "ends in the middle" in i.reason] == [3 * len(body) + 1]
 
 
-def test_gzip_members_and_invalid_utf8(tmp_path):
+@pytest.mark.parametrize("segment_bytes", [64 << 20, 500])
+def test_gzip_members_and_invalid_utf8(tmp_path, monkeypatch, segment_bytes):
     import gzip
+
+    from pipelines.nccl import lines
+
+    monkeypatch.setattr(lines, "SEGMENT_BYTES", segment_bytes)
 
     plain = tmp_path / "plain.log"
     body = mixed_log_lines()

@@ -52,7 +52,7 @@ def frames(logs: list) -> Iterator[pl.DataFrame]:
         versions = pl.DataFrame(log.comm_versions, schema=VERSION_COLUMNS, orient="row").sort("line")
         read_here = pl.DataFrame(log.call_lines, schema=lines.CALL_LINE_COLUMNS, orient="row").sort("line")
         counted = pl.DataFrame(schema={**{k: lines.CALL_LINE_COLUMNS[k] for k in KEY}, "calls": pl.Int64})
-        for batch in _batches(log.call_file):
+        for batch in _batches(log.call_files):
             last = batch["line"].max()
             batch = pl.concat([batch, read_here.filter(pl.col("line") <= last)]).sort("line")
             read_here = read_here.filter(pl.col("line") > last)
@@ -65,11 +65,10 @@ def frames(logs: list) -> Iterator[pl.DataFrame]:
             yield pl.DataFrame(log.calls, schema=wanted, orient="row")
 
 
-def _batches(path: Path | None) -> Iterator[pl.DataFrame]:
-    if path is None:
-        return
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
-        yield pl.from_arrow(batch).cast(lines.CALL_LINE_COLUMNS)
+def _batches(paths: list[Path]) -> Iterator[pl.DataFrame]:
+    for path in paths:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
+            yield pl.from_arrow(batch).cast(lines.CALL_LINE_COLUMNS)
 
 
 def _numbered(batch: pl.DataFrame, counted: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -11,16 +11,19 @@ numbers that fit their columns, and before the prefix nothing but text without a
 NCCL's own timestamp (Open MPI's stamps and anything doubtful go to the reader). So both ways
 give the same rows.
 
-polars reads UTF-8 lines only: a log with invalid UTF-8 is first copied with U+FFFD for the bad
-bytes, as Python's decoder replaces them; a gzip log is first decompressed (every member, and as
-much of a cut one as there is), both into the work folder, block by block.
+The log is read in segments of about 64 MB cut at line ends (a gzip log decompressed on the way,
+every member, and as much of a cut one as there is), and each segment goes through the engine
+with its first line's number: the engine buffers what a slow thread holds up when it must keep the
+lines in order (a 2 GB log once took 7 GB that way on a busy machine), so a segment bounds it.
+polars reads UTF-8 only: a segment with invalid UTF-8 is read again with U+FFFD for the bad
+bytes, as Python's decoder replaces them.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -29,7 +32,7 @@ from isal import isal_zlib
 
 from pipelines.nccl import grammar
 
-BLOCK_BYTES = 8 << 20
+SEGMENT_BYTES = 64 << 20
 # NCCL's timestamp where Python's datetime and polars' parser agree on what is a time (no leap
 # second, no year 0); other stamps leave their lines to the per-line reader.
 PLAIN_TIMESTAMP = r"\[[1-9]\d{3}-\d\d-\d\d[ _](?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?\] $"
@@ -53,38 +56,48 @@ CALL_LINE_COLUMNS = {
 
 @dataclass
 class Split:
-    calls: Path  # Parquet: one row per call line, CALL_LINE_COLUMNS
-    call_count: int
-    other: Path  # Parquet: line, text of every other line that is not blank
-    cut_line: int | None  # the last line, when the file ends in the middle of it
+    calls: list[Path] = field(default_factory=list)  # Parquet: one row per call line, CALL_LINE_COLUMNS
+    other: list[Path] = field(default_factory=list)  # Parquet: line, text of every other line that is not blank
+    call_count: int = 0
+    cut_line: int | None = None  # the last line, when the file ends in the middle of it
 
 
 def split(path: Path, work: Path, run_id: str, utc_offset_s: int, issue: Callable[[int | None, str, str], None]) -> Split:
-    """Split the log at `path` into its call lines and the rest, in `work`."""
+    """Split the log at `path` into its call lines and the rest, segment by segment, in `work`."""
     work.mkdir(parents=True, exist_ok=True)
-    text = _plain(path, work, issue)
-    cut_line = _cut_line(text)
-    calls, other = work / "calls.parquet", work / "other.parquet"
-    try:
-        _run(text, calls, other, utc_offset_s, cut_line, [run_id, str(path)])
-    except pl.exceptions.ComputeError as error:
-        if "utf8" not in str(error).lower() and "utf-8" not in str(error).lower():
-            raise
-        text = _replace_invalid_utf8(text, work / "log-utf8.txt")
-        _run(text, calls, other, utc_offset_s, cut_line, [run_id, str(path)])
-    return Split(calls, pl.scan_parquet(calls).select(pl.len()).collect().item(), other, cut_line)
+    done = Split()
+    first = 1
+    for number, (segment, last) in enumerate(_segments(path, issue)):
+        lines = segment.count(b"\n") + (not segment.endswith(b"\n"))
+        if last and not segment.endswith(b"\n"):
+            done.cut_line = first + lines - 1
+        calls, other = work / f"calls-{number:05d}.parquet", work / f"other-{number:05d}.parquet"
+        try:
+            _run(segment, first, calls, other, utc_offset_s, done.cut_line, [run_id, str(path)])
+        except pl.exceptions.ComputeError as error:
+            if "utf8" not in str(error).lower() and "utf-8" not in str(error).lower():
+                raise
+            _run(segment.decode("utf-8", errors="replace").encode(), first, calls, other, utc_offset_s, done.cut_line,
+                 [run_id, str(path)])
+        done.calls.append(calls)
+        done.other.append(other)
+        done.call_count += pq.ParquetFile(calls).metadata.num_rows
+        first += lines
+    return done
 
 
 def other_lines(split: Split) -> Iterator[tuple[int, str]]:
     """The lines the streaming pass left to the per-line reader, in file order."""
-    for batch in pq.ParquetFile(split.other).iter_batches(batch_size=65_536):
-        yield from zip(batch.column("line").to_pylist(), batch.column("text").to_pylist(), strict=True)
+    for path in split.other:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
+            yield from zip(batch.column("line").to_pylist(), batch.column("text").to_pylist(), strict=True)
 
 
-def _run(text: Path, calls: Path, other: Path, utc_offset_s: int, cut_line: int | None, names: list[str]) -> None:
-    """One streaming pass: call lines to `calls` (their run and log file `names`), the rest to `other`."""
+def _run(segment: bytes, first: int, calls: Path, other: Path, utc_offset_s: int, cut_line: int | None, names: list[str]) -> None:
+    """One streaming pass over a segment whose first line is line `first`: call lines to `calls`
+    (their run and log file `names`), the rest to `other`."""
     lines = (
-        pl.scan_lines(text, name="text", row_index_name="line", row_index_offset=1)
+        pl.scan_lines(segment, name="text", row_index_name="line", row_index_offset=first)
         .with_columns(pl.col("line").cast(pl.Int64), pl.col("text").str.strip_chars_end("\r"))
         .with_columns(pl.col("text").str.extract_groups(PRINTABLE_CALL_LINE).alias("fields"))
         .unnest("fields")
@@ -122,51 +135,44 @@ def _run(text: Path, calls: Path, other: Path, utc_offset_s: int, cut_line: int 
                     rest.sink_parquet(other, compression="lz4", lazy=True)])
 
 
-def _plain(path: Path, work: Path, issue: Callable[[int | None, str, str], None]) -> Path:
-    """The log as plain text: itself, or its gzip members decompressed into `work`."""
+def _segments(path: Path, issue: Callable[[int | None, str, str], None]) -> Iterator[tuple[bytes, bool]]:
+    """The log's bytes (decompressed, if gzip) in segments of whole lines, each with whether it is the last."""
+    rest, previous = b"", None
+    for block in _blocks(path, issue):
+        data = rest + block
+        end = data.rfind(b"\n") + 1
+        rest = data[end:]
+        if end:
+            if previous is not None:
+                yield previous, False
+            previous = data[:end]
+    if rest:
+        if previous is not None:
+            yield previous, False
+        yield rest, True
+    elif previous is not None:
+        yield previous, True
+
+
+def _blocks(path: Path, issue: Callable[[int | None, str, str], None]) -> Iterator[bytes]:
+    """The log's bytes, SEGMENT_BYTES at a time: gzip members decompressed one after another."""
     with open(path, "rb") as handle:
         if handle.read(2) != b"\x1f\x8b":
-            return path
+            handle.seek(0)
+            yield from iter(lambda: handle.read(SEGMENT_BYTES), b"")
+            return
         handle.seek(0)
-        target = work / "log.txt"
         member = isal_zlib.decompressobj(zlib.MAX_WBITS | 16)
         read = 0
-        with open(target, "wb") as out:
-            while block := handle.read(BLOCK_BYTES):
-                read += len(block)
-                try:
-                    out.write(member.decompress(block))
-                    while member.eof and member.unused_data:  # the next member of a concatenated gzip
-                        rest = member.unused_data
+        while block := handle.read(SEGMENT_BYTES // 8):
+            read += len(block)
+            try:
+                while block:
+                    yield member.decompress(block, SEGMENT_BYTES)
+                    block = member.unconsumed_tail
+                    if member.eof and member.unused_data:  # the next member of a concatenated gzip
+                        block = member.unused_data
                         member = isal_zlib.decompressobj(zlib.MAX_WBITS | 16)
-                        out.write(member.decompress(rest))
-                except isal_zlib.error as damage:
-                    issue(None, "error", f"gzip data damaged within the first {read} bytes ({damage}); the rest is not read")
-                    break
-    return target
-
-
-def _cut_line(text: Path) -> int | None:
-    """The number of the last line when the file does not end with a newline (it was cut)."""
-    with open(text, "rb") as handle:
-        handle.seek(0, 2)
-        if handle.tell() == 0:
-            return None
-        handle.seek(-1, 2)
-        if handle.read(1) == b"\n":
-            return None
-        handle.seek(0)
-        return sum(block.count(b"\n") for block in iter(lambda: handle.read(BLOCK_BYTES), b"")) + 1
-
-
-def _replace_invalid_utf8(text: Path, target: Path) -> Path:
-    """A copy with each invalid UTF-8 sequence replaced by U+FFFD, block by block at line ends."""
-    with open(text, "rb") as source, open(target, "wb") as out:
-        rest = b""
-        while block := source.read(BLOCK_BYTES):
-            data = rest + block
-            end = data.rfind(b"\n") + 1
-            rest = data[end:]
-            out.write(data[:end].decode("utf-8", errors="replace").encode())
-        out.write(rest.decode("utf-8", errors="replace").encode())
-    return target
+            except isal_zlib.error as damage:
+                issue(None, "error", f"gzip data damaged within the first {read} bytes ({damage}); the rest is not read")
+                return

@@ -56,7 +56,7 @@ class LogRows:
     parsed: int = 0
     # The inputs of calls.py: the streaming pass's call lines (Parquet), the call lines read
     # here, and each communicator's identity from the line that gave it.
-    call_file: Path | None = None
+    call_files: list[Path] = field(default_factory=list)
     call_lines: list[dict] = field(default_factory=list)
     comm_versions: list[dict] = field(default_factory=list)
 
@@ -362,7 +362,7 @@ def scan_log(path: Path, run_id: str, work: Path, utc_offset_s: int = 0) -> LogR
         reader.read_line(number, line)
     if replaced:
         reader.rows.issues.insert(0, ParseIssue(reader.path, None, None, "warning", "invalid UTF-8 was replaced by U+FFFD"))
-    reader.rows.call_file = split.calls
+    reader.rows.call_files = split.calls
     reader.rows.parsed += split.call_count
     return reader.finish()
 
