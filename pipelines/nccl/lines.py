@@ -1,11 +1,11 @@
 """The streaming pass over an NCCL log: its call lines become columns, the rest is left to the reader.
 
 With `NCCL_DEBUG_SUBSYS=COLL` nearly every line of a log is one collective or point-to-point call
-of one rank, and a large job's logs reach gigabytes. polars' streaming engine reads the lines in
-bounded memory, on every core, and splits each call line into its fields with the grammar's own
-pattern (`grammar.COLL_LINE`, in printable ASCII); every other line (versions, communicator set-up, connections,
-warnings, nccl-tests tables, profiler records, garbage) goes, with its number, to the per-line
-reader of logfile.py, which keeps the state those lines need. A call line is taken here only where
+of one rank, and a large job's logs reach gigabytes. polars' streaming engine reads the lines on
+every core and splits each call line into its fields with the grammar's own pattern
+(`grammar.COLL_LINE`, in printable ASCII); every other line (versions, communicator set-up,
+connections, warnings, nccl-tests tables, profiler records, garbage) goes, with its number, to
+the per-line reader of logfile.py, which keeps the state those lines need. A call line is taken here only where
 it is certain to read as the per-line reader reads it: printable ASCII, one `NCCL ` anchor,
 numbers that fit their columns, and before the prefix nothing but text without a timestamp or
 NCCL's own timestamp (Open MPI's stamps and anything doubtful go to the reader). So both ways
@@ -13,10 +13,10 @@ give the same rows.
 
 The log is read in segments of about 64 MB cut at line ends (a gzip log decompressed on the way,
 every member, and as much of a cut one as there is), and each segment goes through the engine
-with its first line's number: the engine buffers what a slow thread holds up when it must keep the
-lines in order (a 2 GB log once took 7 GB that way on a busy machine), so a segment bounds it.
-polars reads UTF-8 only: a segment with invalid UTF-8 is read again with U+FFFD for the bad
-bytes, as Python's decoder replaces them.
+with its first line's number: read as one stream, a 2 GB log once grew past 7 GB on a busy
+machine (the engine keeps lines in order and may buffer what a held-up thread keeps back), and a
+segment bounds that whatever the engine buffers. polars reads UTF-8 only: a segment with invalid
+UTF-8 is read again with U+FFFD for the bad bytes, as Python's decoder replaces them.
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ PRINTABLE_CALL_LINE = (
     .replace(r"\d", "[0-9]")
 )
 CALL_LINE_COLUMNS = {
-    "run_id": pl.String, "log_file": pl.String, "line": pl.Int64, "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "device": pl.Int32, "comm": pl.String,
-    "op": pl.String, "op_count": pl.Int64, "count": pl.Int64, "datatype": pl.String, "reduce_op": pl.String,
-    "root": pl.Int32, "nranks": pl.Int32, "logged_at_ns": pl.Int64,
+    "run_id": pl.String, "log_file": pl.String, "line": pl.Int64, "host": pl.String, "pid": pl.Int64,
+    "tid": pl.Int64, "device": pl.Int32, "comm": pl.String, "op": pl.String, "op_count": pl.Int64,
+    "count": pl.Int64, "datatype": pl.String, "reduce_op": pl.String, "root": pl.Int32, "nranks": pl.Int32,
+    "logged_at_ns": pl.Int64,
 }
 
 
@@ -93,7 +94,9 @@ def other_lines(split: Split) -> Iterator[tuple[int, str]]:
             yield from zip(batch.column("line").to_pylist(), batch.column("text").to_pylist(), strict=True)
 
 
-def _run(segment: bytes, first: int, calls: Path, other: Path, utc_offset_s: int, cut_line: int | None, names: list[str]) -> None:
+def _run(
+    segment: bytes, first: int, calls: Path, other: Path, utc_offset_s: int, cut_line: int | None, names: list[str]
+) -> None:
     """One streaming pass over a segment whose first line is line `first`: call lines to `calls`
     (their run and log file `names`), the rest to `other`."""
     lines = (
@@ -127,8 +130,9 @@ def _run(segment: bytes, first: int, calls: Path, other: Path, utc_offset_s: int
     logged = pl.when(plain_stamp).then((seconds - utc_offset_s) * 1_000_000_000 + nanos)
     marked = lines.with_columns(is_call.alias("is_call"))
     call_rows = marked.filter("is_call").select(
-        pl.lit(names[0]).alias("run_id"), pl.lit(names[1]).alias("log_file"), "line", "host", *numbers[:2], small[0], "comm", pl.col("op").str.to_lowercase(), op_count.alias("op_count"),
-        numbers[2], "datatype", "reduce_op", small[1], small[2], logged.alias("logged_at_ns"),
+        pl.lit(names[0]).alias("run_id"), pl.lit(names[1]).alias("log_file"), "line", "host", *numbers[:2], small[0],
+        "comm", pl.col("op").str.to_lowercase(), op_count.alias("op_count"), numbers[2], "datatype", "reduce_op",
+        small[1], small[2], logged.alias("logged_at_ns"),
     ).cast(CALL_LINE_COLUMNS)
     rest = marked.filter(~pl.col("is_call") & (text_col.str.strip_chars(" ") != "")).select("line", "text")
     pl.collect_all([call_rows.sink_parquet(calls, compression="lz4", lazy=True),
