@@ -291,6 +291,7 @@ def test_streaming_pass_reads_calls_as_the_line_grammar_does(tmp_path, monkeypat
     from pipelines.nccl import calls, lines
     from pipelines.nccl.logfile import scan_log
 
+    monkeypatch.setattr(lines, "PER_LINE_BYTES", 0)  # polars reads even a log this small
     log = tmp_path / "mixed.log"
     body = mixed_log_lines()
     log.write_text("\n".join(body * 3 + body[:1]))  # cut in the middle of its last line
@@ -316,6 +317,7 @@ def test_gzip_members_and_invalid_utf8(tmp_path, monkeypatch, segment_bytes):
     from pipelines.nccl import lines
 
     monkeypatch.setattr(lines, "SEGMENT_BYTES", segment_bytes)
+    monkeypatch.setattr(lines, "PER_LINE_BYTES", 0)
 
     plain = tmp_path / "plain.log"
     body = mixed_log_lines()
@@ -332,5 +334,13 @@ def test_gzip_members_and_invalid_utf8(tmp_path, monkeypatch, segment_bytes):
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_real_logs_read_the_same_both_ways(name):
-    assert read_log(LOGS / name, "r").calls == read_line_by_line(LOGS / name, "r")
+def test_real_logs_read_the_same_both_ways(name, monkeypatch):
+    from pipelines.nccl import lines
+
+    monkeypatch.setattr(lines, "PER_LINE_BYTES", 0)
+    streamed = read_log(LOGS / name, "r")
+    assert streamed.calls == read_line_by_line(LOGS / name, "r")
+    monkeypatch.setattr(lines, "PER_LINE_BYTES", 1 << 20)  # a small log read line by line gives the same
+    by_line = read_log(LOGS / name, "r")
+    assert (by_line.calls, by_line.comms, by_line.connections, by_line.messages, by_line.tests, by_line.issues) == (
+        streamed.calls, streamed.comms, streamed.connections, streamed.messages, streamed.tests, streamed.issues)

@@ -4,9 +4,9 @@ Each call line, whichever reader split it (lines.py, or logfile.py for the lines
 its position among its communicator's calls in its process (`seq`, in line order), its
 communicator's identity as it stood at the call's line (an Init line may name the commId only
 after the first calls), and the sizes of its element type. The streaming pass's Parquet is read a
-row group at a time, the reader's call lines are merged in by line, and a running count per
-communicator carries `seq` from one batch to the next; each batch becomes one Parquet part of
-the table. sql/nccl_calls.sql documents the columns.
+row group at a time, the reader's call lines are merged in by line, small logs share a batch, and
+a running count per communicator carries `seq` from one batch to the next; each batch becomes one
+Parquet part of the table. sql/nccl_calls.sql documents the columns.
 """
 
 from __future__ import annotations
@@ -46,23 +46,39 @@ def write(logs: list, folder: Path) -> int:
 
 
 def frames(logs: list) -> Iterator[pl.DataFrame]:
-    """nccl_calls rows of `logs`, a batch at a time, each log's in line order."""
+    """nccl_calls rows of `logs`, about BATCH_ROWS at a time (many small logs share a batch)."""
     wanted = schema()
+    versions = pl.DataFrame([v for log in logs for v in log.comm_versions], schema=VERSION_COLUMNS, orient="row").sort("line")
+    counted = pl.DataFrame(schema={**{k: lines.CALL_LINE_COLUMNS[k] for k in KEY}, "calls": pl.Int64})
+    pending: list[pl.DataFrame] = []
+    for piece in _pieces(logs):
+        pending.append(piece)
+        if sum(p.height for p in pending) >= BATCH_ROWS:
+            batch, counted = _numbered(pl.concat(pending).sort("line"), counted)
+            yield _named(batch, versions).select([pl.col(name).cast(kind) for name, kind in wanted.items()])
+            pending = []
+    if pending:
+        batch, counted = _numbered(pl.concat(pending).sort("line"), counted)
+        yield _named(batch, versions).select([pl.col(name).cast(kind) for name, kind in wanted.items()])
+    profiler = [row for log in logs for row in log.calls]  # profiler-plugin records, complete rows already
+    if profiler:
+        yield pl.DataFrame(profiler, schema=wanted, orient="row")
+
+
+def _pieces(logs: list) -> Iterator[pl.DataFrame]:
+    """Each log's call lines in line order, a batch at a time: the streaming pass's with the per-line
+    reader's merged in by line."""
     for log in logs:
-        versions = pl.DataFrame(log.comm_versions, schema=VERSION_COLUMNS, orient="row").sort("line")
         read_here = pl.DataFrame(log.call_lines, schema=lines.CALL_LINE_COLUMNS, orient="row").sort("line")
-        counted = pl.DataFrame(schema={**{k: lines.CALL_LINE_COLUMNS[k] for k in KEY}, "calls": pl.Int64})
         for batch in _batches(log.call_files):
-            last = batch["line"].max()
-            batch = pl.concat([batch, read_here.filter(pl.col("line") <= last)]).sort("line")
-            read_here = read_here.filter(pl.col("line") > last)
-            batch, counted = _numbered(batch, counted)
-            yield _named(batch, versions).select([pl.col(name).cast(kind) for name, kind in wanted.items()])
+            if batch.height and read_here.height:
+                last = batch["line"].max()
+                batch = pl.concat([batch, read_here.filter(pl.col("line") <= last)])
+                read_here = read_here.filter(pl.col("line") > last)
+            if batch.height:
+                yield batch
         if read_here.height:
-            batch, counted = _numbered(read_here, counted)
-            yield _named(batch, versions).select([pl.col(name).cast(kind) for name, kind in wanted.items()])
-        if log.calls:  # profiler-plugin records, complete rows already
-            yield pl.DataFrame(log.calls, schema=wanted, orient="row")
+            yield read_here
 
 
 def _batches(paths: list[Path]) -> Iterator[pl.DataFrame]:

@@ -33,6 +33,9 @@ from isal import isal_zlib
 from pipelines.nccl import grammar
 
 SEGMENT_BYTES = 64 << 20
+# A segment smaller than this (a whole small log, mostly: one per process with NCCL_DEBUG_FILE) is
+# left to the per-line reader: starting the engine costs more than reading its lines in Python.
+PER_LINE_BYTES = 16 << 10
 # NCCL's timestamp where Python's datetime and polars' parser agree on what is a time (no leap
 # second, no year 0); other stamps leave their lines to the per-line reader.
 PLAIN_TIMESTAMP = r"\[[1-9]\d{3}-\d\d-\d\d[ _](?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?\] $"
@@ -58,7 +61,8 @@ CALL_LINE_COLUMNS = {
 @dataclass
 class Split:
     calls: list[Path] = field(default_factory=list)  # Parquet: one row per call line, CALL_LINE_COLUMNS
-    other: list[Path] = field(default_factory=list)  # Parquet: line, text of every other line that is not blank
+    # Parquet of (line, text) of every other line that is not blank, or such lines of a small segment
+    other: list[Path | list[tuple[int, str]]] = field(default_factory=list)
     call_count: int = 0
     cut_line: int | None = None  # the last line, when the file ends in the middle of it
 
@@ -72,6 +76,10 @@ def split(path: Path, work: Path, run_id: str, utc_offset_s: int, issue: Callabl
         lines = segment.count(b"\n") + (not segment.endswith(b"\n"))
         if last and not segment.endswith(b"\n"):
             done.cut_line = first + lines - 1
+        if len(segment) < PER_LINE_BYTES:
+            done.other.append(_numbered(segment, first))
+            first += lines
+            continue
         calls, other = work / f"calls-{number:05d}.parquet", work / f"other-{number:05d}.parquet"
         try:
             _run(segment, first, calls, other, utc_offset_s, done.cut_line, [run_id, str(path)])
@@ -89,9 +97,21 @@ def split(path: Path, work: Path, run_id: str, utc_offset_s: int, issue: Callabl
 
 def other_lines(split: Split) -> Iterator[tuple[int, str]]:
     """The lines the streaming pass left to the per-line reader, in file order."""
-    for path in split.other:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
+    for part in split.other:
+        if isinstance(part, list):
+            yield from part
+            continue
+        for batch in pq.ParquetFile(part).iter_batches(batch_size=65_536):
             yield from zip(batch.column("line").to_pylist(), batch.column("text").to_pylist(), strict=True)
+
+
+def _numbered(segment: bytes, first: int) -> list[tuple[int, str]]:
+    """A small segment's lines that are not blank, with their numbers, as the engine would give them."""
+    texts = segment.decode("utf-8", errors="replace").split("\n")
+    if segment.endswith(b"\n"):
+        texts.pop()
+    numbered = ((first + i, text.rstrip("\r")) for i, text in enumerate(texts))
+    return [(number, text) for number, text in numbered if text.strip()]
 
 
 def _run(
