@@ -11,12 +11,11 @@ numbers that fit their columns, and before the prefix nothing but text without a
 NCCL's own timestamp (Open MPI's stamps and anything doubtful go to the reader). So both ways
 give the same rows.
 
-The log is read in segments of about 64 MB cut at line ends (a gzip log decompressed on the way,
-every member, and as much of a cut one as there is), and each segment goes through the engine
-with its first line's number: read as one stream, a 2 GB log once grew past 7 GB on a busy
-machine (the engine keeps lines in order and may buffer what a held-up thread keeps back), and a
-segment bounds that whatever the engine buffers. polars reads UTF-8 only: a segment with invalid
-UTF-8 is read again with U+FFFD for the bad bytes, as Python's decoder replaces them.
+The log is read in segments of about 64 MB cut at line ends, and each segment goes through the
+engine with its first line's number. So memory is bounded by the segment whatever the engine
+buffers, a gzip log is decompressed on the way (every member, and as much of a cut one as there
+is) without a copy on disk, and since polars reads UTF-8 only, a segment with invalid UTF-8 is
+read again with U+FFFD for the bad bytes, as Python's decoder replaces them.
 """
 
 from __future__ import annotations
