@@ -155,7 +155,7 @@ def _run(
     ).cast(CALL_LINE_COLUMNS)
     rest = marked.filter(~pl.col("is_call") & (text_col.str.strip_chars(" ") != "")).select("line", "text")
     pl.collect_all([call_rows.sink_parquet(calls, compression="lz4", lazy=True),
-                    rest.sink_parquet(other, compression="lz4", lazy=True)])
+                    rest.sink_parquet(other, compression="lz4", lazy=True)], engine="streaming")
 
 
 def _segments(path: Path, issue: Callable[[int | None, str, str], None]) -> Iterator[tuple[bytes, bool]]:
