@@ -26,7 +26,8 @@ from pathlib import Path
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def _warehouse_dir(value: str | None) -> Path:
+def warehouse_dir(value: str | None) -> Path:
+    """The warehouse folder: `value`, else $WIRESPEED_HOME, else ./warehouse."""
     return Path(value or os.environ.get("WIRESPEED_HOME") or "warehouse")
 
 
@@ -76,7 +77,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         if value is not None
     }
     results = ingest_paths(
-        [Path(p) for p in args.paths], _warehouse_dir(args.warehouse), args.run_id, progress=not args.quiet, overrides=overrides
+        [Path(p) for p in args.paths], warehouse_dir(args.warehouse), args.run_id, progress=not args.quiet, overrides=overrides
     )
     failed = [r for r in results if not r.success]
     for result in results:
@@ -87,7 +88,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from pipelines.query import print_query
 
-    print_query(_warehouse_dir(args.warehouse), args.query, args.format, sys.stdout, args.runs)
+    print_query(warehouse_dir(args.warehouse), args.query, args.format, sys.stdout, args.runs)
     return 0
 
 
@@ -96,7 +97,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pipelines.report import report_run
     from pipelines.warehouse import Warehouse
 
-    store = Warehouse(_warehouse_dir(args.warehouse))
+    store = Warehouse(warehouse_dir(args.warehouse))
     store.ensure()
     output = Path(args.output) if args.output else None
     if args.fleet == bool(args.run_id):
@@ -115,7 +116,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from pipelines.compare import compare, print_comparison
     from pipelines.warehouse import Warehouse
 
-    store = Warehouse(_warehouse_dir(args.warehouse))
+    store = Warehouse(warehouse_dir(args.warehouse))
     store.ensure()
     print_comparison(compare(store, settings.load(store.root), args.run_a, args.run_b), args.format, sys.stdout)
     return 0
@@ -124,7 +125,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_whatif(args: argparse.Namespace) -> int:
     from pipelines.whatif_command import print_rows, whatif_rows
 
-    print_rows(whatif_rows(args, _warehouse_dir(args.warehouse)), args.format, sys.stdout)
+    print_rows(whatif_rows(args, warehouse_dir(args.warehouse)), args.format, sys.stdout)
     return 0
 
 
@@ -132,7 +133,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from pipelines.demo import run_demo
 
     where = "cluster" if args.cluster else "single-host" if args.single_host else "auto"
-    return run_demo(_warehouse_dir(args.warehouse), _landing_dir(args.landing), EXAMPLES, where)
+    return run_demo(warehouse_dir(args.warehouse), _landing_dir(args.landing), EXAMPLES, where)
 
 
 def cmd_scale_demo(args: argparse.Namespace) -> int:

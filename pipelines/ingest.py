@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,7 +32,8 @@ from pipelines import fr_dumps, sql
 from pipelines.issues import ParseIssue
 from pipelines.kineto import normalize
 from pipelines.kineto.splitter import CannotCut, NotATrace
-from pipelines.nccl.logfile import read_log
+from pipelines.nccl import calls as nccl_calls
+from pipelines.nccl.logfile import scan_log
 from pipelines.settings import Settings
 from pipelines.sources import RunSource
 from pipelines.warehouse import Warehouse
@@ -344,27 +346,32 @@ def _write_logs(
     issues: list[ParseIssue],
     progress: Progress | None,
 ) -> None:
-    """Parse every NCCL log of the run into the nccl_* tables; a file that cannot be read is an issue."""
-    rows: dict[str, list[dict]] = {name: [] for name in NCCL_TABLES}
+    """Parse every NCCL log of the run into the nccl_* tables; a file that cannot be read is an issue.
+    The call lines go from the streaming pass's Parquet (in a work folder of the version, removed
+    after) straight to nccl_calls, so memory does not grow with the logs."""
+    rows: dict[str, list[dict]] = {name: [] for name in NCCL_TABLES if name != "nccl_calls"}
     offset = source.manifest.get("utc_offset_s") if isinstance(source.manifest.get("utc_offset_s"), int) else 0
-    for path in source.nccl_log_files:
-        try:
-            parsed = read_log(path, source.run_id, offset)
-        except OSError as bad:
-            issues.append(ParseIssue(str(path), None, None, "error", f"not ingested: {bad}"))
-            continue
-        rows["nccl_comms"] += parsed.comms
-        rows["nccl_connections"] += parsed.connections
-        rows["nccl_calls"] += parsed.calls
-        rows["nccl_messages"] += parsed.messages
-        rows["nccl_tests_results"] += parsed.tests
-        issues.extend(parsed.issues)
-        if not parsed.parsed:
-            issues.append(ParseIssue(str(path), None, None, "info", "read as an NCCL log, but no line in it is one wirespeed reads"))
-        if progress:
-            progress(path.stat().st_size)
-    for name in NCCL_TABLES:
-        _write_rows(con, name, rows[name], warehouse.table_dir(version, name))
+    with tempfile.TemporaryDirectory(prefix=".nccl-", dir=version) as work:
+        logs = []
+        for number, path in enumerate(source.nccl_log_files):
+            try:
+                parsed = scan_log(path, source.run_id, Path(work) / str(number), offset)
+            except OSError as bad:
+                issues.append(ParseIssue(str(path), None, None, "error", f"not ingested: {bad}"))
+                continue
+            logs.append(parsed)
+            rows["nccl_comms"] += parsed.comms
+            rows["nccl_connections"] += parsed.connections
+            rows["nccl_messages"] += parsed.messages
+            rows["nccl_tests_results"] += parsed.tests
+            issues.extend(parsed.issues)
+            if not parsed.parsed:
+                issues.append(ParseIssue(str(path), None, None, "info", "read as an NCCL log, but no line in it is one wirespeed reads"))
+            if progress:
+                progress(path.stat().st_size)
+        nccl_calls.write(logs, warehouse.table_dir(version, "nccl_calls"))
+    for name, table_rows in rows.items():
+        _write_rows(con, name, table_rows, warehouse.table_dir(version, name))
 
 
 def _write_flight_recorder(

@@ -37,7 +37,8 @@ logged AS (
   SELECT split_part(host, '.', 1) AS host, pid, comm_id, seq, op, message_bytes, logged_at_ns,
     count(*) OVER (PARTITION BY host, pid, comm_id) AS logged_count
   FROM nccl_calls
-  WHERE comm_id IS NOT NULL AND source = 'debug log'
+  -- Only communicators the traces used: a log-only run, or a huge log, costs nothing here.
+  WHERE comm_id IN (SELECT comm_id FROM traced) AND source = 'debug log'
 ),
 candidates AS (
   SELECT t.rank, t.comm_id, l.seq - t.position AS offset_calls, count(*) AS agreeing,

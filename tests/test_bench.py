@@ -106,7 +106,7 @@ def test_a_failing_method_is_reported_not_raised():
 def test_small_benchmark_prints_every_line(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "pipelines.bench", "--sizes", "2x3", "--work", str(tmp_path), "--no-hta",
-         "--device-events", "150000", "--rounds", "1", "--many-runs", "3"],
+         "--device-events", "150000", "--rounds", "1", "--many-runs", "3", "--nccl-lines", "2000"],
         capture_output=True, text=True, timeout=600, cwd=REPO,
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -127,3 +127,13 @@ def test_small_benchmark_prints_every_line(tmp_path):
     for command in ("wirespeed report RUN", "wirespeed report RUN, in the 3-run warehouse", "wirespeed sql (one small query)",
                     "wirespeed --help"):
         assert re.search(rf"\| {re.escape(command)} \| [\d.]+ \|", table), command
+    for method in (whole.NCCL_INGEST, whole.POLARS_ALONE):
+        assert re.search(rf"\| {re.escape(method)} \| [\d.]+ \| \d+ \| \d+ MB \|", table), method
+
+
+def test_nccl_log_row_keeps_every_call(tmp_path, capsys):
+    timed, calls, kept = whole.nccl_log(tmp_path, 4000, rounds=1, timeout_s=300)
+    assert [t.method for t in timed if not t.failure] == [whole.NCCL_INGEST, whole.POLARS_ALONE]
+    assert calls == 3960 and kept == calls  # 8 ranks' set-up lines, then calls
+    whole.print_nccl_table(timed, calls, kept)
+    assert "calls in the log: 3,960; in nccl_calls: 3,960" in capsys.readouterr().out

@@ -228,3 +228,119 @@ def test_collector_sets_nccl_logging_up_as_documented():
 
     assert NCCL_ENV["NCCL_DEBUG"] == "INFO" and {"INIT", "COLL"} <= set(NCCL_ENV["NCCL_DEBUG_SUBSYS"].split(","))
     assert sql.table("nccl_calls").grain.startswith("one row per run, process")
+
+
+# --- the streaming pass reads call lines as the per-line grammar does ----------------------------
+
+CALL = "AllReduce: opCount {n:x} sendbuff 0x1 recvbuff 0x2 count {count} datatype {dt} op {op} root 0 comm {comm} [nranks={nranks}] stream 0x3"
+
+
+def mixed_log_lines() -> list[str]:
+    """Call lines of every shape the grammar reads, interleaved with the lines that give their
+    communicators, some that polars takes and some it must leave to the per-line reader."""
+    a = "nodeA:11:11 [0] NCCL INFO"
+    b = "nodeB:22:23 [1] NCCL INFO"
+    return [
+        f"{a} " + CALL.format(n=0, count=4, dt=7, op=0, comm="0xa", nranks=2),  # before any Init
+        f"{a} NCCL version 2.14.3+cuda11.8",
+        f"{a} comm 0xa rank 0 nranks 2 cudaDev 0 busId 1000 - Init START",
+        f"{a} Channel 00 : 0[1000] -> 1[2000] via P2P/IPC",
+        f"{a} " + CALL.format(n=1, count=8, dt=9, op=2, comm="0xa", nranks=0),  # nranks 0: the communicator's
+        f"{a} comm 0xa rank 0 nranks 2 cudaDev 0 busId 1000 commId 0x5eed - Init COMPLETE",  # now by commId
+        f"[2025-03-01 12:00:00.123456] {a} " + CALL.format(n=2, count=16, dt=12, op=7, comm="0xa", nranks=2),
+        f"[2025-03-01_23:59:60] {a} " + CALL.format(n=3, count=1, dt=7, op=0, comm="0xa", nranks=2),  # leap second
+        f"[0000-01-01 00:00:00] {a} " + CALL.format(n=4, count=1, dt=7, op=0, comm="0xa", nranks=2),
+        f"Fri Aug 11 12:31:45 2023[1,0]<stdout>:{b} " + CALL.format(n=0, count=2, dt=4, op=0, comm="0xb", nranks=4),
+        f"{b} [Rank 5] " + CALL.format(n=1, count=2, dt=4, op=0, comm="0xb", nranks=4),
+        f"nodeB:22:23 [1] 12.5 enqueue.cc:88 NCCL TRACE " + CALL.format(n=2, count=2, dt=4, op=0, comm="0xb", nranks=4),
+        f"nodeB:22:23 [1] NCCL WARN " + CALL.format(n=3, count=2, dt=4, op=0, comm="0xb", nranks=4),  # a warning
+        f"n\u00f6de:33:33 [0] NCCL INFO " + CALL.format(n=0, count=3, dt=7, op=0, comm="(nil)", nranks=2),
+        f"{a} " + CALL.format(n=5, count=3, dt=7, op=0, comm="0xa", nranks=2).replace("0x1", "0x1\x00"),  # binary
+        f"x\tNCCL note {a} " + CALL.format(n=5, count=3, dt=7, op=0, comm="0xa", nranks=2),
+        f"{a} see {a} " + CALL.format(n=5, count=3, dt=7, op=0, comm="0xa", nranks=2),  # an INFO line about a call
+        f"{a} " + CALL.format(n=5, count=3, dt=7, op=0, comm="0xa", nranks=2) + "\r",
+        f"{a} " + CALL.format(n=6, count=3, dt=7, op=0, comm="0xa", nranks=2).replace("AllReduce", "AllGather") + "   ",
+        f"{a} " + CALL.format(n=7, count=99999999999999999999, dt=7, op=0, comm="0xa", nranks=2)[:60],  # garbled
+        "",
+        "   ",
+        f"{b} " + CALL.format(n=4, count=2, dt=4, op=0, comm="0xb", nranks=4),
+    ]
+
+
+def read_line_by_line(path, run_id: str) -> list[dict]:
+    """The calls of a plain log as the per-line grammar alone reads them (every line through
+    logfile's reader, none through polars' streaming pass), numbered and named as the table is."""
+    import polars as pl
+
+    from pipelines.nccl import calls
+    from pipelines.nccl.logfile import _Reader
+
+    reader = _Reader(path, run_id, 0)
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    numbered = text.split("\n")
+    cut = not text.endswith("\n")
+    for number, raw in enumerate(numbered[:-1] if not cut else numbered, start=1):
+        line = raw.rstrip("\r")
+        if line.strip() and not (cut and number == len(numbered)):
+            reader.read_line(number, line)
+    rows = reader.finish()
+    return pl.concat([pl.DataFrame(schema=calls.schema()), *calls.frames([rows])]).sort("line").to_dicts()
+
+
+def test_streaming_pass_reads_calls_as_the_line_grammar_does(tmp_path, monkeypatch):
+    from pipelines.nccl import calls, lines
+    from pipelines.nccl.logfile import scan_log
+
+    monkeypatch.setattr(lines, "PER_LINE_BYTES", 0)  # polars reads even a log this small
+    log = tmp_path / "mixed.log"
+    body = mixed_log_lines()
+    log.write_text("\n".join(body * 3 + body[:1]))  # cut in the middle of its last line
+    streamed = read_log(log, "r")
+    assert streamed.calls == read_line_by_line(log, "r")
+    monkeypatch.setattr(calls, "BATCH_ROWS", 3)  # seq carried across batches, the reader's calls merged in
+    monkeypatch.setattr(lines, "SEGMENT_BYTES", 700)  # lines numbered on across segments
+    segmented = read_log(log, "r")
+    assert segmented.calls == streamed.calls and segmented.issues == streamed.issues
+    # Both readers had their share, and the communicator's identity changed between its calls.
+    scanned = scan_log(log, "r", tmp_path / "work")
+    assert len(scanned.call_lines) >= 15 and scanned.parsed - len(scanned.call_lines) >= 15
+    first = [(c["comm_id"], c["nranks"], c["logged_at_ns"]) for c in streamed.calls[:4]]
+    assert first == [(None, 2, None), ("derived:2-ranks-#0", 2, None), ("0x5eed", 2, 1_740_830_400_123_456_000), ("0x5eed", 2, None)]
+    assert [(c["seq"], c["dtype"], c["reduce_op"]) for c in streamed.calls[:3]] == [(0, "float32", "sum"), (1, "bfloat16", "max"), (2, "code 12", "code 7")]
+    assert [i.line for i in streamed.issues if "ends in the middle" in i.reason] == [3 * len(body) + 1]
+
+
+@pytest.mark.parametrize("segment_bytes", [64 << 20, 500])
+def test_gzip_members_and_invalid_utf8(tmp_path, monkeypatch, segment_bytes):
+    import gzip
+
+    from pipelines.nccl import lines
+
+    monkeypatch.setattr(lines, "SEGMENT_BYTES", segment_bytes)
+    monkeypatch.setattr(lines, "PER_LINE_BYTES", 0)
+
+    plain = tmp_path / "plain.log"
+    body = mixed_log_lines()
+    plain.write_bytes("\n".join(body).encode() + b"\n\xff\xfe not text\n" + "\n".join(body).encode() + b"\n")
+    packed = tmp_path / "packed.log.gz"
+    half = len(body) // 2
+    packed.write_bytes(gzip.compress(("\n".join(body[:half]) + "\n").encode())
+                       + gzip.compress(("\n".join(body[half:]) + "\n").encode() + b"\xff\xfe not text\n" + "\n".join(body).encode() + b"\n"))
+    expected = read_line_by_line(plain, "r")
+    for path in (plain, packed):
+        rows = read_log(path, "r")
+        assert [{**c, "log_file": None} for c in rows.calls] == [{**c, "log_file": None} for c in expected]
+        assert [i.reason for i in rows.issues if i.line is None] == ["invalid UTF-8 was replaced by U+FFFD"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_logs_read_the_same_both_ways(name, monkeypatch):
+    from pipelines.nccl import lines
+
+    monkeypatch.setattr(lines, "PER_LINE_BYTES", 0)
+    streamed = read_log(LOGS / name, "r")
+    assert streamed.calls == read_line_by_line(LOGS / name, "r")
+    monkeypatch.setattr(lines, "PER_LINE_BYTES", 1 << 20)  # a small log read line by line gives the same
+    by_line = read_log(LOGS / name, "r")
+    assert (by_line.calls, by_line.comms, by_line.connections, by_line.messages, by_line.tests, by_line.issues) == (
+        streamed.calls, streamed.comms, streamed.connections, streamed.messages, streamed.tests, streamed.issues)

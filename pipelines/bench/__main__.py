@@ -8,7 +8,8 @@ pins differ from ours; the simdjson reference runs there too. The analysis-at-sc
 the analysis SQL alone over the 8-rank set's events tiled to `--device-events` device events
 (`scale`). Then the whole-process table (`whole`): `wirespeed ingest` as a user runs it against
 HTA's whole analysis, in turn, on the real small traces and the generated sets; many small runs in
-one ingest; and the commands an analyst types after one. Generated sets are kept in `--work` and
+one ingest; the commands an analyst types after one; and a generated NCCL log against polars
+alone. Generated sets are kept in `--work` and
 reused.
 """
 
@@ -86,6 +87,8 @@ def _whole_processes(args, reference_python: Path | None) -> None:
         many = (args.many_runs, *whole.many_runs(args.source, args.work, args.many_runs, args.timeout * 4))
     after = whole.commands_after(args.source, args.work, args.rounds, args.many_runs if many and not many[2] else 0)
     whole.print_tables(timed, args.rounds, many, after)
+    if args.nccl_lines:
+        whole.print_nccl_table(*whole.nccl_log(args.work, args.nccl_lines, args.rounds, args.timeout))
 
 
 def _arguments() -> argparse.ArgumentParser:
@@ -106,6 +109,8 @@ def _arguments() -> argparse.ArgumentParser:
     parser.add_argument("--hta-max-mb", type=int, default=1000,
                         help="whole processes: HTA only on sets up to this many MB (default 1000; it cannot load 4 GB)")
     parser.add_argument("--many-runs", type=int, default=100, help="small runs in one ingest (default 100; 0 skips)")
+    parser.add_argument("--nccl-lines", type=int, default=600_000,
+                        help="whole processes: lines of the generated NCCL log (default 600000, 120 MB; 0 skips)")
     parser.add_argument("--whole-only", action="store_true", help="only the whole-process table")
     return parser
 

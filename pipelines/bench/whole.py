@@ -6,7 +6,9 @@ roll-ups), wirespeed's parser alone (`parser_alone.py`: the ceiling of the ratio
 ingest built on its JSON reader), and HTA's `TraceAnalysis()` with its communication/computation
 overlap and temporal breakdown (`hta_whole.py`, imports included). Medians over rounds, and the
 median of each round's ratio to HTA, go in the table. Also timed here: many small runs in one
-ingest, and the commands an analyst types after one (`report`, `sql`, `--help`).
+ingest, the commands an analyst types after one (`report`, `sql`, `--help`), and a large NCCL
+debug log (`nccl_log.py`) through `wirespeed ingest` against polars alone reading and splitting
+its lines (`nccl_polars.py`), the ceiling for that ingest.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ POLL_S = 0.01
 HTA = "HTA whole analysis"
 # The ceiling of the ratio to HTA for any ingest on wirespeed's JSON reader (parser_alone.py).
 PARSER_ALONE = "its parser alone (cut and read, nothing kept)"
+POLARS_ALONE = "polars alone (read and split the lines)"
+NCCL_INGEST = "`wirespeed ingest` of the log"
 # A user's Python keeps the bytecode of what it imported; a shell that forbids writing it would
 # charge every round the compiling of the package's modules (installed libraries come compiled).
 USER_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
@@ -179,6 +183,51 @@ def commands_after(path: Path, work: Path, rounds: int, many: int = 0) -> list[T
     timed = [Timed(path.name, label, path) for label, _ in commands]
     _in_turn([(entry, command, None) for entry, (_, command) in zip(timed, commands)], rounds, 120)
     return timed
+
+
+def nccl_log(work: Path, lines: int, rounds: int, timeout_s: float) -> tuple[list[Timed], int, int | None]:
+    """A generated one-node log of `lines` lines through `wirespeed ingest` and polars alone, in
+    turn; also the calls written and how many of them nccl_calls holds after the last ingest."""
+    from pipelines.bench import nccl_log as generator
+    from pipelines.warehouse import Warehouse
+
+    folder = work / f"nccl-{lines}"
+    log, done = folder / "node07.log", folder / ".complete"
+    if not done.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"generating an NCCL log of {lines:,} lines in {log} ...", file=sys.stderr)
+        done.write_text(str(generator.generate(log, lines)))
+    warehouse = folder / "warehouse"
+    label = f"NCCL log, {lines:,} lines, {log.stat().st_size / 1e6:.0f} MB"
+    mine, theirs = Timed(label, NCCL_INGEST, log), Timed(label, POLARS_ALONE, log)
+    _in_turn([
+        (mine, [WIRESPEED, "ingest", str(log), "--warehouse", str(warehouse), "--quiet"], warehouse),
+        (theirs, [sys.executable, "-m", "pipelines.bench.nccl_polars", str(log), str(folder / "polars.parquet")], None),
+    ], rounds, timeout_s)
+    kept = None
+    if not mine.failure:
+        con = Warehouse(warehouse).connect(tables=("nccl_calls",))
+        try:
+            kept = con.execute("SELECT count(*) FROM nccl_calls").fetchall()[0][0]
+        finally:
+            con.close()
+    return [mine, theirs], int(done.read_text()), kept
+
+
+def print_nccl_table(timed: list[Timed], calls: int, kept: int | None) -> None:
+    mine, theirs = timed
+    print(f"\n{mine.label}: whole processes in turn (medians; ratio = median of each round's wirespeed ÷ polars)\n")
+    print("| method | seconds | MB/s | peak memory | ÷ polars alone |\n|---|---|---|---|---|")
+    size = mine.path.stat().st_size / 1e6
+    for entry in timed:
+        if entry.failure:
+            print(f"| {entry.method} | failed: {entry.failure} | | | |")
+            continue
+        ratio = ""
+        if entry is mine and theirs.median:
+            ratio = f"{statistics.median(m / t for m, t in zip(mine.seconds, theirs.seconds)):.2f}×"
+        print(f"| {entry.method} | {entry.median:.2f} | {size / entry.median:.0f} | {max(entry.peaks) / 1e6:.0f} MB | {ratio} |")
+    print(f"\ncalls in the log: {calls:,}; in nccl_calls: {'?' if kept is None else f'{kept:,}'}")
 
 
 def print_tables(timed: list[Timed], rounds: int, many: tuple[int, float | None, str | None] | None, after: list[Timed]) -> None:

@@ -13,15 +13,17 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-PREFIX = re.compile(
+PREFIX_HEAD = (
     r"(?P<host>[^\s:\[\]]*):(?P<pid>\d+):(?P<tid>\d+)(?: \[(?P<device>\d+)\])?"
     r"(?: (?P<where>\S+:\d+)(?: \((?P<function>[^)]*)\))?)?"
     r"(?: [\d.]+ \S+:\d+)?"  # TRACE lines: milliseconds since init, then function:line
-    r" NCCL (?P<level>INFO|WARN|TRACE|CALL) ?(?P<message>.*)$"
 )
-NCCL_TIMESTAMP = re.compile(r"\[(\d{4}-\d\d-\d\d)[ _](\d\d:\d\d:\d\d)(\.\d+)?\] $")
+PREFIX = re.compile(PREFIX_HEAD + r" NCCL (?P<level>INFO|WARN|TRACE|CALL) ?(?P<message>.*)$")
+NCCL_TIMESTAMP_TEXT = r"\[(?P<day>\d{4}-\d\d-\d\d)[ _](?P<clock>\d\d:\d\d:\d\d)(?P<fraction>\.\d+)?\] $"
+NCCL_TIMESTAMP = re.compile(NCCL_TIMESTAMP_TEXT)
 OPENMPI_PREFIX = re.compile(r"^(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\[(\d+),(\d+)\]<std\w+>:")
 TAG_PREFIX = re.compile(r"^\[\d+(?:,\d+)?\] ?")
+RANK_PREFIX = re.compile(r"^\[Rank \d+\] ")  # PyTorch's, before a message
 
 VERSION = re.compile(r"^NCCL version (\d+\.\d+\.\d+)\S*")
 INIT = re.compile(
@@ -36,11 +38,18 @@ CONNECTION = re.compile(
     r"(?P<dst>\d+)(?:\[(?P<dst_dev>[0-9a-fx]+)\])?(?: \[(?P<direction>send|receive)\])? via (?P<via>.+)$"
 )
 USING_NETWORK = re.compile(r"^(?:Using network (?P<net>.+)|NET/(?P<kind>IB|Socket|OFI|Plugin) ?: ?(?P<detail>.+)|Using internal Network (?P<internal>\w+))$")
-COLL = re.compile(
-    r"^(?P<op>[A-Za-z]+): opCount (?P<op_count>[0-9a-f]+) sendbuff (?P<sendbuff>\S+) recvbuff (?P<recvbuff>\S+) "
+COLL_BODY = (
+    r"(?P<op>[A-Za-z]+): opCount (?P<op_count>[0-9a-f]+) sendbuff (?P<sendbuff>\S+) recvbuff (?P<recvbuff>\S+) "
     r"count (?P<count>\d+) datatype (?P<datatype>\d+) op (?P<reduce_op>\d+) root (?P<root>-?\d+) "
     r"comm (?P<comm>0x[0-9a-f]+|\(nil\))(?: \[nranks=(?P<nranks>\d+)\])?(?: stream (?P<stream>\S+))?"
-    r"(?: task (?P<task>\d+))?(?: globalrank (?P<globalrank>\d+))?$"
+    r"(?: task (?P<task>\d+))?(?: globalrank (?P<globalrank>\d+))?"
+)
+COLL = re.compile(f"^{COLL_BODY}$")
+# A whole line that is one collective or point-to-point call, as the lines above read it: whatever
+# stands before the prefix, the prefix, a level that is not WARN, the message (maybe after PyTorch's
+# rank tag) and trailing spaces. For engines that read lines by the million (logfile.py).
+COLL_LINE = (
+    r"^(?P<before>.*?)" + PREFIX_HEAD + r" NCCL (?:INFO|TRACE|CALL) ?(?:\[Rank \d+\] )?" + COLL_BODY + r" *$"
 )
 COLL_START = re.compile(r"^[A-Za-z]+: opCount ")
 ERROR_CHAIN = re.compile(r"^(?P<where>[\w/.]+\.(?:cc|h|cpp):\d+) -> (?P<code>\d+)(?P<rest>.*)$")
@@ -57,6 +66,10 @@ DATATYPES = {
 }
 DATATYPE_NAMES = {name: size for name, size in DATATYPES.values()}
 REDUCE_OPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
+# Ops whose COLL `count` is per rank, so that the nccl-tests message size S is count x size x nranks.
+PER_RANK_COUNT = ("allgather", "reducescatter", "alltoall", "gather", "scatter")
+# Ops whose `op` field is a reduction (sum, max, ...); for the others it means nothing.
+REDUCTIONS = ("allreduce", "reduce", "reducescatter")
 # ncclResult_t codes, as error chains (`file.cc:123 -> 2`) report them.
 RESULT_CLASSES = {
     1: "cuda error", 2: "system error", 3: "internal error", 4: "invalid argument", 5: "invalid usage",

@@ -4,7 +4,9 @@ A log may hold NCCL debug lines of one process (NCCL_DEBUG_FILE) or of many (a j
 nccl-tests result tables, NCCL profiler-plugin records, PyTorch watchdog lines and anything else a
 job prints. Every whole line that can be parsed is parsed; a line cut off at the end of the file,
 a garbled NCCL line or binary garbage becomes a ParseIssue naming the file and line, and reading
-goes on.
+goes on. The call lines, nearly all of a large log, are read by polars' streaming engine
+(lines.py) into Parquet; this module reads every other line, in order, and calls.py joins the
+calls to the communicators as they stood at each call's line.
 
 Three things need state across lines:
 - communicators: COLL lines name a per-process `comm` pointer; the Init lines map it to the
@@ -21,20 +23,19 @@ Three things need state across lines:
 
 from __future__ import annotations
 
-import io
 import re
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
+import polars as pl
 
 from pipelines.issues import ParseIssue
-from pipelines.kineto import splitter
-from pipelines.nccl import grammar
+from pipelines.nccl import calls, grammar, lines
 
 RING_ORDER = re.compile(r"^(?:Channel|Ring) \d+(?:/\d+)? :(?:\s+\d+)+$")
-RANK_PREFIX = re.compile(r"^\[Rank \d+\] ")
 TEST_HEADER = re.compile(r"^#\s+size\s+count\s+type\b")
 TEST_NAME = re.compile(r"(?:Collective test starting: |\./)(\w+_perf)\b")
 TEST_DEVICE = re.compile(r"^#\s+Rank\s+(\d+)(?: Group\s+\d+)? Pid\s+\d+ on\s+(\S+) device")
@@ -42,20 +43,22 @@ COLLECTIVE_NAMES = {
     "allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reducescatter", "broadcast": "broadcast",
     "reduce": "reduce", "send": "send", "recv": "recv", "alltoall": "alltoall", "gather": "gather", "scatter": "scatter",
 }
-# Ops whose COLL `count` is per rank, so that the nccl-tests message size S is count x size x nranks.
-PER_RANK_COUNT = {"allgather", "reducescatter", "alltoall", "gather", "scatter"}
 
 
 @dataclass
 class LogRows:
     comms: list[dict] = field(default_factory=list)
     connections: list[dict] = field(default_factory=list)
-    calls: list[dict] = field(default_factory=list)
+    calls: list[dict] = field(default_factory=list)  # profiler-plugin calls; after read_log, every call
     messages: list[dict] = field(default_factory=list)
     tests: list[dict] = field(default_factory=list)
     issues: list[ParseIssue] = field(default_factory=list)
-    lines: int = 0
     parsed: int = 0
+    # The inputs of calls.py: the streaming pass's call lines (Parquet), the call lines read
+    # here, and each communicator's identity from the line that gave it.
+    call_files: list[Path] = field(default_factory=list)
+    call_lines: list[dict] = field(default_factory=list)
+    comm_versions: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -77,7 +80,6 @@ class _Reader:
         self.networks: dict[tuple, dict[str, str]] = defaultdict(dict)  # (host, pid) -> kind -> detail
         self.setting_up: dict[tuple, _Comm] = {}  # (host, pid, device) -> communicator being set up
         self.pending: dict[tuple, list[dict]] = defaultdict(list)  # connections waiting for their communicator
-        self.calls_in_comm: dict[tuple, int] = defaultdict(int)
         self.test: dict = {"name": None, "columns": None, "hosts": {}}
 
     # --- lines -----------------------------------------------------------------------------------
@@ -95,13 +97,13 @@ class _Reader:
             self.rows.parsed += 1
 
     def nccl_line(self, number: int, line: grammar.Line) -> None:
-        message = RANK_PREFIX.sub("", line.message)
+        message = grammar.RANK_PREFIX.sub("", line.message)
         if line.level == "WARN":
             self.message(number, line, "WARN", grammar.classify(message), message)
         elif (version := grammar.VERSION.match(message)) is not None:
             self.versions[(line.host, line.pid)] = version.group(1)
         elif (coll := grammar.COLL.match(message)) is not None:
-            self.call(number, line, coll)
+            self.call_line(number, line, coll)
         elif grammar.COLL_START.match(message):
             self.issue(number, "error", f"garbled COLL line skipped: {message[:120]!r}")
             return
@@ -165,8 +167,10 @@ class _Reader:
                 "log_file": self.path, "line": number,
             })
             self.comms[key] = comm
+            self.comm_version(number, comm)
         elif init.group("comm_id") and comm.row["comm_id_source"] != "commId":
             comm.row.update(comm_id=init.group("comm_id"), comm_id_source="commId")
+            self.comm_version(number, comm)
         setup = (line.host, line.pid, line.device)
         if init.group("phase") == "COMPLETE":
             comm.connections += self.pending.pop(setup, [])
@@ -174,6 +178,14 @@ class _Reader:
         else:  # Init START, or the 2.3/2.4 comm line printed when set-up begins
             comm.connections += self.pending.pop(setup, [])
             self.setting_up[setup] = comm
+
+    def comm_version(self, number: int, comm: _Comm) -> None:
+        """The communicator as calls on later lines see it (its comm_id may change once, to commId)."""
+        row = comm.row
+        self.rows.comm_versions.append({
+            "log_file": self.path, "host": row["host"], "pid": row["pid"], "comm": row["comm"], "line": number,
+            "comm_id": row["comm_id"], "rank": row["rank"], "comm_nranks": row["nranks"],
+        })
 
     def connection(self, number: int, line: grammar.Line, match: re.Match) -> None:
         via = match.group("via").strip()
@@ -209,25 +221,20 @@ class _Reader:
 
     # --- calls, messages, nccl-tests, profiler records ---------------------------------------
 
-    def call(self, number: int, line: grammar.Line, match: re.Match) -> None:
-        op = COLLECTIVE_NAMES.get(match.group("op").lower(), match.group("op").lower())
-        datatype, size = grammar.DATATYPES.get(int(match.group("datatype")), (f"code {match.group('datatype')}", None))
-        count = int(match.group("count"))
-        nranks = _int(match.group("nranks"))
-        comm = self.comms.get((line.host, line.pid, match.group("comm")))
-        key = (line.host, line.pid, match.group("comm"))
-        self.calls_in_comm[key] += 1
-        self.rows.calls.append(self._call_row(
-            number, line.host, line.pid, line.tid, line.device, match.group("comm"), comm, op, int(match.group("op_count"), 16),
-            self.calls_in_comm[key] - 1, count, datatype, size, int(match.group("root")),
-            grammar.REDUCE_OPS.get(int(match.group("reduce_op")), f"code {match.group('reduce_op')}") if op in ("allreduce", "reduce", "reducescatter") else None,
-            nranks or (comm.row["nranks"] if comm else None), line.logged_at_ns, "debug log",
-        ))
+    def call_line(self, number: int, line: grammar.Line, match: re.Match) -> None:
+        """A call line the streaming pass left here, in its columns (lines.CALL_LINE_COLUMNS)."""
+        self.rows.call_lines.append({
+            "run_id": self.run_id, "log_file": self.path, "line": number, "host": line.host, "pid": line.pid,
+            "tid": line.tid, "device": line.device, "comm": match.group("comm"), "op": match.group("op").lower(),
+            "op_count": int(match.group("op_count"), 16), "count": int(match.group("count")),
+            "datatype": match.group("datatype"), "reduce_op": match.group("reduce_op"), "root": int(match.group("root")),
+            "nranks": _int(match.group("nranks")), "logged_at_ns": line.logged_at_ns,
+        })
 
     def _call_row(self, number, host, pid, tid, device, pointer, comm, op, op_count, seq, count, datatype, size, root,
                   reduce_op, nranks, logged_at_ns, source) -> dict:
         buffer_bytes = count * size if size else None
-        scale = nranks if op in PER_RANK_COUNT and nranks else 1
+        scale = nranks if op in grammar.PER_RANK_COUNT and nranks else 1
         return {
             "run_id": self.run_id, "host": host, "pid": pid, "tid": tid, "device": device, "comm": pointer,
             "comm_id": comm.row["comm_id"] if comm else None, "rank": comm.row["rank"] if comm else None,
@@ -339,48 +346,33 @@ class _Reader:
         return self.rows
 
 
-def read_log(path: Path, run_id: str, utc_offset_s: int = 0) -> LogRows:
-    """Parse every whole line of an NCCL log (gzip-compressed or not); report the rest."""
+def scan_log(path: Path, run_id: str, work: Path, utc_offset_s: int = 0) -> LogRows:
+    """Read every whole line of an NCCL log (gzip-compressed or not), report the rest; the call
+    lines stay in Parquet in `work` for calls.py."""
     reader = _Reader(path, run_id, utc_offset_s)
-    data = Path(path).read_bytes()
-    if data.startswith(b"\x1f\x8b"):
-        data = _gunzip(data, reader)
-    text = data.decode("utf-8", errors="replace")
-    if "\ufffd" in text:
-        reader.issue(None, "warning", "invalid UTF-8 was replaced by U+FFFD")
-    lines = text.split("\n")
-    cut = not text.endswith("\n") and lines[-1] != ""
-    if text.endswith("\n"):
-        lines.pop()
-    for number, raw in enumerate(lines, start=1):
-        reader.rows.lines += 1
-        line = raw.rstrip("\r")
+    split = lines.split(Path(path), work, run_id, utc_offset_s, lambda *issue: reader.issue(*issue))
+    replaced = False
+    for number, line in lines.other_lines(split):
+        replaced = replaced or "\ufffd" in line
         if not line.strip():
             continue
-        if cut and number == len(lines):
+        if number == split.cut_line:
             reader.issue(number, "error", f"the file ends in the middle of this line; skipped: {line[:80]!r}")
             continue
         reader.read_line(number, line)
+    if replaced:
+        reader.rows.issues.insert(0, ParseIssue(reader.path, None, None, "warning", "invalid UTF-8 was replaced by U+FFFD"))
+    reader.rows.call_files = split.calls
+    reader.rows.parsed += split.call_count
     return reader.finish()
 
 
-def _gunzip(data: bytes, reader: _Reader) -> bytes:
-    """A compressed log's text: as much as there is when it is cut off, and no more than a real
-    file expands to (the trace reader's bound, `splitter.MAX_EXPANSION`)."""
-    stream, parts = splitter.GzipStream(io.BytesIO(data)), []
-    while True:
-        try:
-            part = stream.read(splitter.READ_BYTES)
-        except EOFError:
-            break  # cut off: the last line is reported as cut
-        except OSError as problem:
-            reason = str(problem) if isinstance(problem, splitter.TooExpanded) else f"compressed stream ends early: {problem}"
-            reader.issue(None, "error", reason)
-            break
-        if not part:
-            break
-        parts.append(part)
-    return b"".join(parts)
+def read_log(path: Path, run_id: str, utc_offset_s: int = 0) -> LogRows:
+    """Every row of one NCCL log, its calls among them, as Python rows (for small logs and tests)."""
+    with tempfile.TemporaryDirectory(prefix="wirespeed-nccl-") as work:
+        rows = scan_log(path, run_id, Path(work), utc_offset_s)
+        rows.calls = pl.concat([pl.DataFrame(schema=calls.schema()), *calls.frames([rows])]).sort("line").to_dicts()
+    return rows
 
 
 def _int(value) -> int | None:
