@@ -123,7 +123,8 @@ shared AS (
   WINDOW p AS (PARTITION BY rank, link, period)
 ),
 periods AS (
-  SELECT DISTINCT rank, host, link, period, period_start_ns, period_end_ns, link_gbps FROM shared
+  -- The busy periods of links of known rate: the others' shares split by the latency line alone.
+  SELECT DISTINCT rank, host, link, period, period_start_ns, period_end_ns, link_gbps FROM shared WHERE link_gbps > 0
 ),
 host_traffic AS (
   -- What the host's link carried during each of a rank's busy periods: the bits of every
