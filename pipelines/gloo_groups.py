@@ -105,7 +105,7 @@ def end_distances(rank: np.ndarray, kind: np.ndarray, elements: np.ndarray, star
     distance = np.ones((len(rank), len(ranks)))
     column = {int(r): k for k, r in enumerate(ranks)}
     duration = np.maximum(end - start, 1).astype(float)
-    keys: dict[tuple, np.ndarray] = {}
+    keys: dict[tuple, list[int]] = {}  # (op, size) -> the instances of that kind
     for i, key in enumerate(zip(kind.tolist(), elements.tolist())):
         keys.setdefault(key, []).append(i)
     for (op, size), members in keys.items():
