@@ -365,7 +365,7 @@ def train(local_rank: int, args: argparse.Namespace) -> None:
             step()
             step_ns.append(time.perf_counter_ns() - started_ns)
             capture.step()
-    print(json.dumps({"wirespeed_job": args.job, "rank": rank, "step_ns": step_ns}), flush=True)
+    report_steps({"wirespeed_job": args.job, "rank": rank, "step_ns": step_ns})
     dist.destroy_process_group()
     end_process()
 
@@ -388,6 +388,13 @@ def main() -> None:
     else:
         mp.spawn(train, args=(args,), nprocs=args.nproc_per_node, join=True)
         end_process()
+
+
+def report_steps(record: dict) -> None:
+    """Print the record as one line in one write: the ranks of a host share its stdout, and a
+    `print` (the text, then its newline) let another rank's line in between."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (json.dumps(record) + "\n").encode())
 
 
 def end_process() -> None:
