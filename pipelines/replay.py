@@ -4,9 +4,10 @@ The paper's model (pipelines/whatif.py) sees only data-parallel gradient buckets
 every collective of every step from `whatif_inputs` and keeps the rest of each rank's timeline as
 measured: what a rank did between waits takes as long as it did. Only three things move:
 
-* a collective begins when its last rank arrives and its links are free (collectives on one
-  rank's link run one after another, in the order they began, each direction of a full-duplex
-  link on its own): B' = max(arrivals', links free');
+* a collective begins when its last rank arrives and its links are free (collectives on one link,
+  a host's network link, which its ranks share, or a rank's own within the host, run one after
+  another, in the order they began, each direction of a full-duplex link on its own):
+  B' = max(arrivals', links free');
 * it takes its transfer at the new rate plus what the link would not shorten:
   d' = transfer_ns * scale + rest_ns (wire_ns + latency_ns, at full line rate, in place of
   transfer_ns + rest_ns when the scenario asks for it), where scale is the run's rate over the new one, over the compression
@@ -67,12 +68,13 @@ def busbw_factors(con) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     return factors
 
 
-def channels(rank: int, intra: bool, op: str) -> list[tuple]:
-    """The one-way links a rank's part of a collective occupies: a send its link out, a receive its
-    link in, any other op both (links are full duplex)."""
+def channels(channel: str, intra: bool, op: str) -> list[tuple]:
+    """The one-way links a rank's part of a collective occupies (its host's for the network, its
+    own within the host): a send the link out, a receive the link in, any other op both (links are
+    full duplex)."""
     link = "intra" if intra else "network"
     directions = {"send": ("out",), "recv": ("in",)}.get(op, ("out", "in"))
-    return [(rank, link, direction) for direction in directions]
+    return [(channel, link, direction) for direction in directions]
 
 
 class Replay:
@@ -127,7 +129,7 @@ class Replay:
         channel_ids: dict[tuple, int] = {}
         links: list[list[int]] = [[] for _ in range(self.collectives)]
         for i, c in enumerate(collective):
-            for channel in channels(int(r["rank"][i]), bool(self.intra[i]), self.op[i]):
+            for channel in channels(str(r["channel"][i]), bool(self.intra[i]), self.op[i]):
                 links[c].append(channel_ids.setdefault(channel, len(channel_ids)))
         self.links = [sorted(set(ids)) for ids in links]
         self.channel_count = len(channel_ids)

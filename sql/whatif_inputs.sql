@@ -4,20 +4,21 @@
 -- moves only what a different link would move: each collective's duration, and the waits that
 -- ended when it completed. A collective (matched across ranks, `collective_sync`) begins when its
 -- last rank arrives (`begin_ns`) and ends at `collective_end_ns`. Its time is told apart into what
--- a faster link shortens in proportion (`transfer_ns`) and what it does not (`rest_ns`), per rank
--- and link: collectives whose begin-to-end spans overlap on one rank and link form a busy period.
--- They shared the link, so each takes the part of the period's length that its bits, 8 S f, are
--- of the period's bits (the least such part it has on any of its ranks; equal parts where a size
--- is unknown; f is the bus-bandwidth factor of its op and group size, the share of S each rank
--- sends). An equal part each, whatever its size, made a 2 KB bucket as long as the 1 MB buckets
--- beside it, and the line through them mostly latency. Where the link's rate is known and the
--- host's CPUs were saturated during the period (at least `cpu_saturated_share()` busy, or not
--- sampled), the part of a period that a faster link shortens is what the host's link carried in
--- it at that rate: the bits of every collective of the host's ranks on the link (ranks of one host
--- share its NIC), each in proportion to how much of it fell in the period, over the rate, at most
--- the whole period; each share splits in that proportion, and the rest, the CPU's, stays. Where
--- the CPUs had time to spare (the rest is then the protocol's, which a faster link speeds up too),
--- or the rate is unknown, the part no link shortens is the latency of its op on its link: the
+-- a faster link shortens in proportion (`transfer_ns`) and what it does not (`rest_ns`), per
+-- link (`channel`): the ranks of one host share its network link, as `runs.link_gbps` is the
+-- host's; within a host each rank has its own. Collectives whose begin-to-end spans overlap on one
+-- link form a busy period. They shared the link, so each takes the part of the period's length
+-- that its bits, 8 S f, are of the period's bits (the least such part it has on any of its links;
+-- equal parts where a size is unknown; f is the bus-bandwidth factor of its op and group size, the
+-- share of S each rank sends). An equal part each, whatever its size, made a 2 KB bucket as long
+-- as the 1 MB buckets beside it, and the line through them mostly latency; a link per rank where
+-- two ranks of a host send at once left a pipeline's transfers to the next stage, which overlap
+-- more at a slower rate, 20 % short there. Where the link's rate is known and the host's CPUs were
+-- saturated during the period (at least `cpu_saturated_share()` busy, or not sampled), the part of
+-- a period that a faster link shortens is what the link carried in it at that rate (the period's
+-- bits over the rate, at most the whole period); each share splits in that proportion, and the
+-- rest, the CPU's, stays. Where the CPUs had time to spare (the rest is then the protocol's, which
+-- a faster link speeds up too), or the rate is unknown, the part no link shortens is the latency of its op on its link: the
 -- intercept of a least-squares line of share against the bits each rank sends over the run's
 -- collectives of that op and link (0 when they all have one size). That latency is also all that
 -- stays at full line rate (`latency_ns`). The intercept needs no line rate, so the split holds on
@@ -49,6 +50,8 @@
 --   bytes BIGINT  Message size S; NULL when unknown.
 --   traffic_factor DOUBLE  The bus-bandwidth factor f: what each rank sends, as a multiple of S.
 --   link_gbps DOUBLE  Line rate of the collective's link in the run, Gbit/s; NULL when unknown.
+--   channel VARCHAR  Whose link it is: 'host <name>' for the network (the host's ranks share its
+--       link), 'rank <n>' for the link within a host or where the host is unknown.
 --   start_ns BIGINT  When this rank arrived (its instance's start), ns since the Unix epoch.
 --   end_ns BIGINT  When its instance ended.
 --   begin_ns BIGINT  When the collective's last rank arrived.
@@ -83,7 +86,8 @@ instances AS (
     CASE WHEN c.scope = 'intra' THEN l.intra_gbps ELSE l.network_gbps END AS link_gbps,
     CASE WHEN c.scope = 'intra' THEN 'intra' ELSE 'network' END AS link,
     c.start_ns, c.end_ns, s.last_start_ns AS begin_ns, s.end_ns AS collective_end_ns,
-    coalesce(h.host, 'rank ' || c.rank) AS host
+    coalesce(h.host, 'rank ' || c.rank) AS host,
+    CASE WHEN c.scope = 'intra' OR h.host IS NULL THEN 'rank ' || c.rank ELSE 'host ' || h.host END AS channel
   FROM collectives AS c
   JOIN collective_sync AS s USING (collective_key)
   LEFT JOIN dimensions AS d ON d.pg = c.pg
@@ -99,16 +103,20 @@ wired AS (
     2 * (end_ns - begin_ns) >= collective_end_ns - begin_ns AS tied
   FROM instances
 ),
+on_channel AS (
+  -- Each collective once on each link it uses: ranks of one host share its network link.
+  SELECT DISTINCT collective_key, op, channel, host, link, link_gbps, begin_ns, collective_end_ns, bits FROM wired
+),
 busy_starts AS (
   SELECT
     *,
     CASE WHEN begin_ns < max(collective_end_ns) OVER (
-      PARTITION BY rank, link ORDER BY begin_ns, collective_key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+      PARTITION BY channel, link ORDER BY begin_ns, collective_key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     ) THEN 0 ELSE 1 END AS opens
-  FROM wired
+  FROM on_channel
 ),
 busy AS (
-  SELECT *, sum(opens) OVER (PARTITION BY rank, link ORDER BY begin_ns, collective_key ROWS UNBOUNDED PRECEDING) AS period
+  SELECT *, sum(opens) OVER (PARTITION BY channel, link ORDER BY begin_ns, collective_key ROWS UNBOUNDED PRECEDING) AS period
   FROM busy_starts
 ),
 shared AS (
@@ -117,25 +125,11 @@ shared AS (
   SELECT *,
     min(begin_ns) OVER p AS period_start_ns,
     max(collective_end_ns) OVER p AS period_end_ns,
+    sum(bits) OVER p AS period_bits,
     (max(collective_end_ns) OVER p - min(begin_ns) OVER p)
       * CASE WHEN bool_and(bits > 0) OVER p THEN bits / sum(bits) OVER p ELSE 1.0 / count(*) OVER p END AS period_share
   FROM busy
-  WINDOW p AS (PARTITION BY rank, link, period)
-),
-periods AS (
-  -- The busy periods of links of known rate: the others' shares split by the latency line alone.
-  SELECT DISTINCT rank, host, link, period, period_start_ns, period_end_ns, link_gbps FROM shared WHERE link_gbps > 0
-),
-host_traffic AS (
-  -- What the host's link carried during each of a rank's busy periods: the bits of every
-  -- collective of the host's ranks on that link, each in proportion to how much of it fell inside.
-  SELECT p.rank, p.link, p.period,
-    sum(w.bits * (least(w.collective_end_ns, p.period_end_ns) - greatest(w.begin_ns, p.period_start_ns))
-      / greatest(w.collective_end_ns - w.begin_ns, 1)) AS host_bits
-  FROM periods AS p
-  JOIN wired AS w ON w.host = p.host AND w.link = p.link
-    AND w.begin_ns < p.period_end_ns AND w.collective_end_ns > p.period_start_ns
-  GROUP BY p.rank, p.link, p.period
+  WINDOW p AS (PARTITION BY channel, link, period)
 ),
 cpu_windows AS (
   -- Each host's CPUs between two samples: busy and all ticks.
@@ -146,11 +140,11 @@ cpu_windows AS (
   WINDOW w AS (PARTITION BY host ORDER BY t_ns)
 ),
 host_cpu AS (
-  -- How busy the host's CPUs were during each of a rank's busy periods, where they were sampled.
-  SELECT p.rank, p.link, p.period, sum(c.busy) / nullif(sum(c.ticks), 0) AS cpu_busy
-  FROM periods AS p
+  -- How busy the host's CPUs were during each busy period of a link of known rate, where sampled.
+  SELECT p.channel, p.link, p.period, sum(c.busy) / nullif(sum(c.ticks), 0) AS cpu_busy
+  FROM (SELECT DISTINCT channel, host, link, period, period_start_ns, period_end_ns FROM shared WHERE link_gbps > 0) AS p
   JOIN cpu_windows AS c ON c.host = p.host AND c.start_ns < p.period_end_ns AND c.end_ns > p.period_start_ns
-  GROUP BY p.rank, p.link, p.period
+  GROUP BY p.channel, p.link, p.period
 ),
 linked AS (
   -- The share of a period the link itself needed at its line rate, where the rest was the CPU's:
@@ -158,11 +152,10 @@ linked AS (
   -- time to spare, what the period took beyond the link's bits is the protocol using the link
   -- badly, which a faster link speeds up too (NULL: the latency line below decides).
   SELECT s.*,
-    CASE WHEN s.link_gbps > 0 AND h.host_bits > 0 AND coalesce(c.cpu_busy, 1) >= cpu_saturated_share()
-      THEN least(1.0, h.host_bits / s.link_gbps / greatest(s.period_end_ns - s.period_start_ns, 1)) END AS link_fraction
+    CASE WHEN s.link_gbps > 0 AND s.period_bits > 0 AND coalesce(c.cpu_busy, 1) >= cpu_saturated_share()
+      THEN least(1.0, s.period_bits / s.link_gbps / greatest(s.period_end_ns - s.period_start_ns, 1)) END AS link_fraction
   FROM shared AS s
-  LEFT JOIN host_traffic AS h USING (rank, link, period)
-  LEFT JOIN host_cpu AS c USING (rank, link, period)
+  LEFT JOIN host_cpu AS c USING (channel, link, period)
 ),
 collective_shares AS (
   SELECT collective_key, any_value(op) AS op, any_value(link) AS link, any_value(bits) AS bits,
@@ -186,7 +179,7 @@ rested AS (
     END AS rest_share,
     CASE WHEN s.bits = 0 THEN c.share_ns ELSE least(coalesce(l.latency_ns, 0), c.share_ns) END AS latency_share,
     c.share_ns
-  FROM linked AS s
+  FROM wired AS s
   JOIN collective_shares AS c USING (collective_key)
   LEFT JOIN latencies AS l ON l.op = s.op AND l.link = s.link
 ),
@@ -220,7 +213,7 @@ waits AS (
 SELECT
   getvariable('run_id') AS run_id,
   w.rank, w.step, w.collective_key, w.op, w.pg, w.dimension, w.scope, w.group_size, w.bytes, w.traffic_factor,
-  w.link_gbps, w.start_ns, w.end_ns, w.begin_ns, w.collective_end_ns, w.bits, w.wire_ns,
+  w.link_gbps, w.channel, w.start_ns, w.end_ns, w.begin_ns, w.collective_end_ns, w.bits, w.wire_ns,
   CAST(round(w.share_ns - w.rest_share) AS BIGINT) AS transfer_ns,
   CAST(round(w.rest_share) AS BIGINT) AS rest_ns,
   CAST(round(w.latency_share) AS BIGINT) AS latency_ns,

@@ -29,14 +29,14 @@ MATRIX = {
     "dp-tp": (2, {"dp": "inter", "tp": "intra"}),
     "fsdp-tp": (2, {"fsdp": "inter", "tp": "intra"}),
     "pp": (2, {"pp": "inter", "dp": "intra"}),
+    "ep": (1, {"ep": "inter"}),
 }
 MATRIX_REPEATS = 2
 # Each prediction within this of the step measured at the other rate. The aim is 10 % in the median
-# and none beyond 20 %; on this shared 2-core machine, with four ranks on its two cores, one round
-# of the matrix gave -1 to +14 % for three jobs and -22 % for dp x tp, and the pipeline's 1 Gbit/s
-# run at 200 Mbit/s -20 to -31 % (docs/whatif.md). The equal parts of the model before gave +165 %.
-TOLERANCE = {"pp": 0.35}
-DEFAULT_TOLERANCE = 0.25
+# and none beyond 20 %; on this shared 2-core machine, with four ranks on its two cores, a round of
+# the matrix gave -9 to +9 % on a quiet machine and -22 % for dp x tp on a loaded one
+# (docs/whatif.md). The equal parts of the model before gave +165 %.
+TOLERANCE = 0.25
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_each_dimension_on_its_link_and_the_other_rate_predicted(cluster_runs, s
             assert row["step_ms"] <= own["slow"]["step_ms"]
         else:
             assert row["step_ms"] >= own["fast"]["step_ms"]
-    assert all(abs(e) <= TOLERANCE.get(job, DEFAULT_TOLERANCE) for e in errors.values()), errors
+    assert all(abs(e) <= TOLERANCE for e in errors.values()), errors
 
     # "At full line rate" is never below "now".
     con = store.connect()

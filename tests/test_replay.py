@@ -24,6 +24,7 @@ def inputs(rows: list[dict]) -> pa.Table:
                 "traffic_factor": 1.0, "link_gbps": 1.0, "rest_ns": 0, "tied": True, "waited_ns": 0, "slack_ns": None}
     full = [{**defaults, **row} for row in rows]
     for row in full:
+        row.setdefault("channel", f"rank {row['rank']}")
         for name in ("start_ns", "end_ns", "begin_ns", "collective_end_ns", "transfer_ns", "waited_ns", "rest_ns"):
             row[name] = int(row[name] * MS)
         row["wire_ns"] = row["transfer_ns"]
@@ -127,6 +128,21 @@ def test_one_link_carries_one_collective_at_a_time(factors):
     step_ns, _ = replay.run([Scenario(1.0), Scenario(2.0), Scenario(0.5), Scenario(1.0, rank_multiple=8)])
     # 16 ranks instead of 2: each dp all-reduce sends 2 * 15/16 of S, not 1: 75 ms each.
     assert (step_ns[0] / MS).tolist() == [100, 80, 180, 170]
+
+
+def test_the_ranks_of_a_host_share_its_network_link(factors):
+    """Ranks 0 and 1 of host a send 10-50 ms to ranks 2 and 3 of host b, which wait for them: two
+    transfers of 20 ms on one link at once. Replayed, they take the link in turn: at 1 Gbit/s p0
+    ends at 30 and p1 at 50, at 0.5 at 50 and 90; a link per rank would end both together."""
+    rows = []
+    for pair, (sender, receiver) in enumerate(((0, 2), (1, 3))):
+        common = {"step": 1, "collective_key": f"p{pair}", "start_ns": 10, "end_ns": 50, "begin_ns": 10,
+                  "collective_end_ns": 50, "transfer_ns": 20, "dimension": "pp"}
+        rows.append({**common, "rank": sender, "op": "send", "channel": "host a"})
+        rows.append({**common, "rank": receiver, "op": "recv", "channel": "host b", "waited_ns": 40})
+    replay = Replay(inputs(rows), steps(100, 40, ranks=4), factors)
+    step_ns, _ = replay.run([Scenario(1.0), Scenario(0.5)])
+    assert (step_ns / MS).tolist() == [[100, 100], [100, 100], [80, 100], [100, 140]]
 
 
 def test_a_late_rank_is_waited_for_and_a_buffered_send_is_not(factors):
