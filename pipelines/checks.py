@@ -100,19 +100,21 @@ def no_skipped_data(con: duckdb.DuckDBPyConnection) -> Outcome:
 
 @check_on("steps")
 def steps_found(con: duckdb.DuckDBPyConnection) -> Outcome:
-    """Every rank has ProfilerStep annotations, so per-step figures exist."""
+    """Every rank has steps (ProfilerStep annotations, or the step annotation chosen), so per-step figures exist."""
     rows = con.execute(
         "SELECT r.rank, count(s.step) FROM (SELECT DISTINCT rank FROM ranks) AS r "
         "LEFT JOIN steps AS s USING (rank) GROUP BY r.rank ORDER BY r.rank"
     ).fetchall()
-    without = [rank for rank, steps in rows if steps == 0]
+    (annotation,) = _one(con, "SELECT getvariable('step_annotation')")
+    steps = f"instances of the step annotation {annotation!r}" if annotation else "ProfilerStep annotations"
+    without = [rank for rank, n in rows if n == 0]
     passed = bool(rows) and not without
     if passed:
-        summary = f"{min(n for _, n in rows)} to {max(n for _, n in rows)} profiler steps per rank"
+        summary = f"{min(n for _, n in rows)} to {max(n for _, n in rows)} steps ({steps}) per rank"
     else:
-        summary = (
-            f"ranks {without[:16]} have no ProfilerStep annotations: only whole-trace figures (rank_breakdown) exist for them"
-        )
+        summary = f"ranks {without[:16]} have no {steps}: only whole-trace figures (rank_breakdown) exist for them"
+        if not annotation:
+            summary += "; --step-annotation or wirespeed.toml [steps] can make another annotation the step"
     return Outcome(passed, summary, {"ranks_without_steps": str(without[:32])})
 
 

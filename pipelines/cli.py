@@ -4,6 +4,7 @@
         [--nnodes N]                                              (on each of N hosts, same run id)
         [--traces DIR]                                            (take the traces the job writes there)
     wirespeed ingest PATH... [--warehouse DIR]                    ingest runs (Dagster, in-process)
+        [--step-annotation NAME]                                  (each instance of NAME is a step)
     wirespeed sql "QUERY" [--format table|csv|json] [--run ID]... query the warehouse (those runs only)
     wirespeed report RUN_ID [-o FILE]                             write a run's HTML report
     wirespeed report --fleet [-o FILE]                            write the report of every job's runs
@@ -69,10 +70,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     if args.run_id and len(args.paths) != 1:
         raise SystemExit("--run-id names one run: give exactly one PATH with it")
+    if args.step_annotation == "":
+        raise SystemExit("--step-annotation takes an annotation's name, not an empty one")
     overrides = {
         name: value
         for name, value in (
-            ("link_gbps", args.link_gbps), ("intra_link_gbps", args.intra_link_gbps), ("link_interface", args.link_interface)
+            ("link_gbps", args.link_gbps), ("intra_link_gbps", args.intra_link_gbps), ("link_interface", args.link_interface),
+            ("step_annotation", args.step_annotation),
         )
         if value is not None
     }
@@ -184,6 +188,11 @@ def parser() -> argparse.ArgumentParser:
     ingest.add_argument("--link-gbps", type=float, help="line rate of the hosts' network link, Gbit/s (overrides the manifest)")
     ingest.add_argument("--intra-link-gbps", type=float, help="line rate between ranks of one host, Gbit/s")
     ingest.add_argument("--link-interface", help="interface (as sampled) that the link rate applies to, e.g. eth0")
+    ingest.add_argument(
+        "--step-annotation", metavar="NAME",
+        help="each instance of the annotation whose name holds NAME is a step, numbered 0, 1, 2, ... on each rank "
+             "(default: wirespeed.toml [steps] annotation, else ProfilerStep#<n>)",
+    )
     ingest.add_argument("--quiet", action="store_true", help="no progress bar")
     ingest.set_defaults(run=cmd_ingest)
 

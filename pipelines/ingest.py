@@ -31,6 +31,7 @@ import duckdb
 from pipelines import fr_dumps, sql
 from pipelines.issues import ParseIssue
 from pipelines.kineto import normalize
+from pipelines.kineto.fields import MAX_PLAUSIBLE_DUR_NS
 from pipelines.kineto.splitter import CannotCut, NotATrace
 from pipelines.nccl import calls as nccl_calls
 from pipelines.nccl.logfile import scan_log
@@ -168,6 +169,8 @@ def finish_parse(
         dumps = _write_flight_recorder(con, source, version, warehouse, issues, progress)
         kept = _drop_duplicate_ranks(parsed, issues)
         rank_rows = [p.row for p in kept]
+        if settings.step_annotation:
+            issues.extend(_traces_without_steps(con, events_dir, rank_rows, settings.step_annotation))
         _write_rows(con, "ranks", rank_rows, warehouse.table_dir(version, "ranks"))
         group_rows = _process_group_rows(source.run_id, kept, metas)
         _write_rows(con, "process_groups", group_rows, warehouse.table_dir(version, "process_groups"))
@@ -180,6 +183,27 @@ def finish_parse(
         con.close()
     ranks = len({r["rank"] for r in rank_rows})
     return ParseSummary(source.run_id, len(rank_rows), ranks, events, issues, time.time() - started)
+
+
+def _traces_without_steps(
+    con: duckdb.DuckDBPyConnection, events_dir: Path, rank_rows: list[dict], annotation: str
+) -> list[ParseIssue]:
+    """A warning for each trace of a rank whose traces hold no instance of the step annotation the
+    user chose: that rank will have no steps, and a user who misnamed the annotation reads why here."""
+    sql.set_variables(
+        con, step_annotation=annotation, max_dur_ns=MAX_PLAUSIBLE_DUR_NS, events_glob=str(events_dir / "*.parquet")
+    )
+    found = con.execute(
+        "SELECT DISTINCT rank FROM read_parquet(getvariable('events_glob'))"
+        " WHERE is_step_instance(ph, cat, name, ts_ns, dur_ns)"
+    ).fetchall()
+    with_steps = {rank for (rank,) in found}
+    return [
+        ParseIssue(row["trace_file"], None, None, "warning",
+                   f"no timed event on the CPU has a name holding the step annotation {annotation!r}: "
+                   f"rank {row['rank']} has no steps")
+        for row in rank_rows if row["rank"] not in with_steps
+    ]
 
 
 def _write_json(path: Path, value) -> None:

@@ -92,7 +92,8 @@ def ingest_paths(
 ) -> list[IngestResult]:
     """Ingest each path as one run; a failing run does not stop the others.
 
-    `overrides` (link_gbps, intra_link_gbps, link_interface) win over what the runs' manifests say.
+    `overrides` (link_gbps, intra_link_gbps, link_interface) win over what the runs' manifests say,
+    and step_annotation over wirespeed.toml's (see stages.run_settings).
     """
     runs = [(run_id or run_id_for(path), path) for path in paths]
     for name, path in runs:

@@ -40,6 +40,12 @@ The patterns add to the built-in ones; they never replace them. Also:
     # rules (sql/step_comm_groups.sql) guess wrong.
     "default_pg" = "tp"
     "7" = "pp"
+
+    [steps]
+    # Each instance of this annotation on a rank is a step, numbered 0, 1, 2, ... in time order,
+    # where the traces have no ProfilerStep#<n> (benchmarks, inference); an event is an instance
+    # when its name holds this text, as in HTA. `wirespeed ingest --step-annotation` wins over it.
+    annotation = "## forward ##"
 """
 
 from __future__ import annotations
@@ -104,6 +110,8 @@ class Settings:
     regression_severity: str = "warn"
     # Run by the regression_alert_sensor for each run that regressed, the finding on its stdin.
     regression_alert_command: tuple[str, ...] = ()
+    # The annotation whose instances are the steps ([steps] annotation); None: ProfilerStep#<n>.
+    step_annotation: str | None = None
 
     def duckdb_config(self) -> dict:
         """The DuckDB configuration of an ingest's sessions: its threads and memory, where to spill."""
@@ -171,6 +179,12 @@ def load(warehouse_root: Path) -> Settings:
     for key, value in dimensions.items():
         if value not in DIMENSIONS:
             raise ValueError(f"{path}: [dimensions] {key!r} = {value!r} is not one of {', '.join(DIMENSIONS)}")
+    steps = config.get("steps", {})
+    for key, value in steps.items():
+        if key != "annotation":
+            raise ValueError(f"{path}: [steps] {key} is not a setting; the one there is annotation")
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{path}: [steps] annotation must be an annotation's name, as a non-empty string")
     return Settings(
         BUILTIN_COMM_PATTERNS + tuple(extra),
         threads=resources.get("threads", Settings.threads),
@@ -182,4 +196,5 @@ def load(warehouse_root: Path) -> Settings:
         regressions=regressions,
         regression_severity=severity,
         regression_alert_command=alert,
+        step_annotation=steps.get("annotation"),
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import threading
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipelines import checks, ingest, rollups, sql
@@ -51,6 +51,15 @@ def run_source(store: Warehouse, landing: Path, run_id: str) -> RunSource:
     return discover(candidate, run_id)
 
 
+def run_settings(store: Warehouse, settings: Settings, run_id: str) -> Settings:
+    """The settings a run's stages work with: the warehouse's, but for the step annotation given
+    to `wirespeed ingest` for this run, which wins over wirespeed.toml's. It is kept with the
+    run's registered source, so a Dagster re-run of the run's assets finds the same steps."""
+    registered = store.source_of(run_id)
+    annotation = registered[1].get("step_annotation") if registered else None
+    return replace(settings, step_annotation=annotation) if annotation else settings
+
+
 def parse(
     store: Warehouse, settings: Settings, landing: Path, run_id: str, key: str, progress, publish: bool
 ) -> StageOutcome:
@@ -61,6 +70,7 @@ def parse(
     # The analysis' modules (numpy among them: a sixth of a second) load while DuckDB parses.
     threading.Thread(target=importlib.import_module, args=("pipelines.analysis",), daemon=True).start()
     source = run_source(store, landing, run_id)
+    settings = run_settings(store, settings, run_id)
     version = store.start_version(run_id, key, carry_tables=())
     summary = parse_run(source, version, store, settings, progress)
     return _parsed(store, settings, source, version, summary, publish)
@@ -92,6 +102,7 @@ def finish_parse(
 ) -> StageOutcome:
     """The rest of the parse once every shard is parsed: what `parse` returns."""
     source = run_source(store, landing, run_id)
+    settings = run_settings(store, settings, run_id)
     version = store.staging(run_id, key)
     try:
         summary = ingest.finish_parse(source, version, store, settings, progress)
@@ -139,7 +150,7 @@ def analyze(store: Warehouse, settings: Settings, run_id: str, key: str) -> Stag
     if not store.staging(run_id, key).exists() and store.published(run_id) is None:
         raise StageError(f"run {run_id!r} has not been ingested: materialize its parse tables first")
     version = store.start_version(run_id, key, carry_tables=PARSE_TABLES + (checks.CHECKS_DIR,))
-    summary = analyze_run(run_id, version, store, settings, _judge_analysis)
+    summary = analyze_run(run_id, version, store, run_settings(store, settings, run_id), _judge_analysis)
     verdicts, exposed = summary.finished
     checks.keep(version, "analysis", verdicts)
     store.publish(run_id, version)

@@ -462,6 +462,7 @@ def version_variables(version: Path, settings: Settings, run_id: str) -> dict:
         "max_dur_ns": MAX_PLAUSIBLE_DUR_NS,
         "dimension_keys": [key for key, _ in settings.dimensions],
         "dimension_values": [value for _, value in settings.dimensions],
+        "step_annotation": settings.step_annotation,
     }
 
 

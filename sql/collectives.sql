@@ -23,7 +23,9 @@
 -- trace's `Comms Id` (the same hash on every rank), the process group and the trace's `Seq`, and
 -- otherwise the process group, step and position in the step: the k-th collective of a group in
 -- step s on one rank is the k-th on every other (ProfilerStep numbers agree across ranks, so ranks
--- whose profiling windows start at different moments still match). Sends and receives are counted
+-- whose profiling windows start at different moments still match; a step annotation's instances
+-- are numbered from each rank's first, so those match where every trace starts at the same
+-- instance). Sends and receives are counted
 -- per pair of ranks, so that the pairs of one group (stage 0's ranks each sending to their peer in
 -- stage 1) are matched apart.
 --

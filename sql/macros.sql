@@ -60,6 +60,15 @@ CREATE OR REPLACE MACRO span_buckets(start_ns, end_ns, bucket_ns) AS
 CREATE OR REPLACE MACRO is_valid_interval(ts_ns, dur_ns) AS
   ts_ns IS NOT NULL AND dur_ns > 0 AND dur_ns <= getvariable('max_dur_ns');
 
+-- Whether an event is an instance of the annotation chosen as the step (`step_annotation`, from
+-- `wirespeed ingest --step-annotation` or wirespeed.toml [steps]; NULL: none chosen, and then no
+-- event is). As HTA's critical path analysis finds an annotation's instances, the name need only
+-- hold that text, case and all. Only usable spans on the CPU count: not kernels, nor the copy of
+-- a user annotation that the profiler draws on the GPU's timeline, so each instance counts once.
+CREATE OR REPLACE MACRO is_step_instance(ph, cat, name, ts_ns, dur_ns) AS
+  getvariable('step_annotation') IS NOT NULL AND ph = 'X' AND contains(name, getvariable('step_annotation'))
+  AND cat <> 'gpu_user_annotation' AND NOT is_device_event(cat) AND is_valid_interval(ts_ns, dur_ns);
+
 -- One name per collective, whatever spelling PyTorch, NCCL or gloo used:
 -- `allreduce`, `_allgather_base`, `ncclDevKernel_AllGather_...`, `gloo:all_reduce`,
 -- `reduce_scatter_tensor_coalesced` all become allreduce, allgather, reducescatter, ...

@@ -1,7 +1,10 @@
 -- steps: each training step (profiler step) of each rank, and the window it is measured over.
 --
 -- Steps come from the `ProfilerStep#<n>` annotations that torch.profiler writes around each
--- `step()`. On the CPU the step is the annotation's span. The GPU runs behind the CPU, so on the
+-- `step()`. Where a trace has none (a benchmark, inference), `wirespeed ingest --step-annotation
+-- NAME` or wirespeed.toml [steps] makes each instance of another annotation a step: every span on
+-- the CPU whose name holds NAME, as HTA matches an annotation, numbered 0, 1, 2, ... in order of
+-- start on each rank. On the CPU the step is the annotation's span. The GPU runs behind the CPU, so on the
 -- device timeline a step is measured over a window of its own: a device event belongs to the step
 -- in which its launch (the runtime call with the same `correlation`) happened, as in HTA; the
 -- window of step k starts with the first device event that step k launched and ends where step
@@ -16,7 +19,8 @@
 -- Columns:
 --   run_id VARCHAR  The run.
 --   rank INTEGER  Global rank.
---   step BIGINT  Step number, as the profiler counted it (the <n> of ProfilerStep#<n>).
+--   step BIGINT  Step number, as the profiler counted it (the <n> of ProfilerStep#<n>); with a
+--       step annotation, the instance's place on its rank, from 0.
 --   start_ns BIGINT  Start of the step's annotation on the CPU, ns since the Unix epoch.
 --   end_ns BIGINT  End of the step's annotation on the CPU.
 --   timeline VARCHAR  'device' or 'cpu': the timeline the step's breakdown is measured on.

@@ -138,7 +138,8 @@ def render(queries: ReportQueries, run_id: str, verdicts: list[Verdict]) -> str:
         page.add(
             "Step breakdown",
             paragraph(
-                "The traces have no ProfilerStep annotations, so there are no per-step figures; "
+                "The traces have no steps (ProfilerStep annotations, or instances of the annotation named by "
+                "--step-annotation or wirespeed.toml [steps]), so there are no per-step figures; "
                 "the per-rank figures below cover each whole trace."
             ),
         )
