@@ -19,7 +19,7 @@ from typing import Any
 
 import duckdb
 
-from pipelines import gloo_groups, replay, sql, whatif
+from pipelines import critical_path, gloo_groups, replay, sql, whatif
 from pipelines.cache import kept
 from pipelines.settings import Settings
 from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, create_version_view, version_variables
@@ -39,6 +39,7 @@ BUILD_ORDER = (
     "step_timeline",
     "step_breakdown",
     "step_comm_groups",
+    "step_critical_path",
     "rank_breakdown",
     "collective_sync",
     "_fr_groups",
@@ -98,6 +99,11 @@ def _register_gloo_groups(con: duckdb.DuckDBPyConnection, settings: Settings) ->
     return {}
 
 
+def _register_critical_path(con: duckdb.DuckDBPyConnection, settings: Settings) -> dict[str, Any]:
+    critical_path.register(con)
+    return {}
+
+
 @dataclass(frozen=True)
 class PythonStep:
     """A step built in Python, not SQL: it runs `build` just before the table `before`, reads what
@@ -112,6 +118,9 @@ class PythonStep:
 PYTHON_STEPS = {
     # Which group each gloo collective ran in (pipelines/gloo_groups.py), for `collectives`.
     gloo_groups.STEP: PythonStep("collectives", gloo_groups.QUERIES, (gloo_groups.TABLE,), _register_gloo_groups),
+    # The edges of every step's critical path (pipelines/critical_path.py), for `step_critical_path`.
+    critical_path.STEP: PythonStep(
+        "step_critical_path", critical_path.QUERIES, (critical_path.TABLE,), _register_critical_path),
     # The run's what-if grid (its N and its line rate) and the replay over it, as the tables the
     # what-if SQL reads.
     "_whatif_grid_and_replay": PythonStep(

@@ -70,6 +70,7 @@ ANALYSIS_TABLES = (
     "step_timeline",
     "step_breakdown",
     "step_comm_groups",
+    "step_critical_path",
     "rank_breakdown",
     "collective_sync",
     "collective_bw",

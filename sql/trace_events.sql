@@ -42,6 +42,10 @@
 --       source it names (its third concrete input), a rank of its process group.
 --   dst_rank INTEGER  `Dst Rank` of a point-to-point send; for `c10d::send`, the destination it
 --       names, a rank of its process group.
+--   wait_on_stream BIGINT  A `cuda_sync` event's `wait_on_stream`: the stream whose recorded event
+--       it waits for (-1 when none).
+--   wait_on_correlation BIGINT  A `cuda_sync` event's `wait_on_cuda_event_record_corr_id`: the
+--       correlation of the `cudaEventRecord` call that recorded that event (-1 when none).
 --   input_dims VARCHAR  `Input Dims` (JSON list of shapes) when shapes were recorded.
 --   input_types VARCHAR  `Input type` (JSON list of element types).
 --   label VARCHAR  For metadata events: the process or thread name (`args.name`/`args.labels`).
@@ -84,6 +88,8 @@ SELECT
     CASE WHEN name = 'c10d::recv_' THEN TRY_CAST(json_extract_string(args."Concrete Inputs", '$[2]') AS INTEGER) END) AS src_rank,
   coalesce(TRY_CAST(args."Dst Rank" AS INTEGER),
     CASE WHEN name = 'c10d::send' THEN TRY_CAST(json_extract_string(args."Concrete Inputs", '$[2]') AS INTEGER) END) AS dst_rank,
+  TRY_CAST(args.wait_on_stream AS BIGINT) AS wait_on_stream,
+  TRY_CAST(args.wait_on_cuda_event_record_corr_id AS BIGINT) AS wait_on_correlation,
   args."Input Dims" AS input_dims,
   args."Input type" AS input_types,
   CASE WHEN ph = 'M' THEN coalesce(args.name, args.labels) END AS label

@@ -35,6 +35,9 @@ ARG_KEYS: tuple[str, ...] = (
     "Input type",
     # The concrete arguments of an operator: `c10d::send`'s and `c10d::recv_`'s third is the peer.
     "Concrete Inputs",
+    # A `cuda_sync` event's stream and the correlation of the `cudaEventRecord` it waits on.
+    "wait_on_stream",
+    "wait_on_cuda_event_record_corr_id",
     # Metadata events (`ph` "M") name processes and threads here.
     "name",
     "labels",

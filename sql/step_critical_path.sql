@@ -1,0 +1,82 @@
+-- step_critical_path: what each step's critical path on its rank is made of.
+--
+-- The critical path of a step is the longest chain of dependencies the rank's trace records from
+-- the step's start to its end (`pipelines/critical_path.py`, HTA's graph): operators in order on
+-- each CPU thread, each launch and its kernel, kernels in order on each stream, a stream waiting
+-- for another stream's recorded event, a CPU call blocked until the kernel or event it waits for
+-- ends. Each edge on it is attributed to an event and sorted into a part:
+--   'compute'        a kernel that is not communication, or a CPU operator's own time;
+--   'communication'  a communication kernel (a `collectives` instance), with its group's
+--                    dimension and link;
+--   'launch and cpu overhead'  a runtime call's time on the CPU, or a launch's delay before its
+--                    kernel started on an idle stream;
+--   'idle'           a gap between two kernels of a stream.
+-- `hta_bound` is the category HTA's `summary()` gives the same time: cpu_bound (CPU operators and
+-- runtime calls), gpu_compute_bound, gpu_communication_bound (kernels whose names hold "nccl"),
+-- gpu_kernel_launch_overhead (launch delays), gpu_kernel_kernel_overhead (gaps). The rows of a
+-- step add up to its critical path's length, which on the CPU leaves out a thread's idle time
+-- between top-level operators and a blocking call's wait beyond what it waited for, as HTA's does.
+-- A device trace without `cuda_sync` events (`torch.profiler._ExperimentalConfig(
+-- enable_cuda_sync_events=True)`) records no waits between streams nor for the device: its path
+-- runs through them unseen, and `sync_recorded` says so.
+--
+-- Grain: one row per run, rank, step, part, dimension, scope and hta_bound on the step's path.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   rank INTEGER  Global rank.
+--   step BIGINT  Step number.
+--   part VARCHAR  'compute', 'communication', 'launch and cpu overhead' or 'idle'.
+--   dimension VARCHAR  For communication, its group's parallel dimension (see step_comm_groups).
+--   scope VARCHAR  For communication, its link: 'intra', 'inter' or 'unknown'.
+--   hta_bound VARCHAR  HTA's category of the same time.
+--   path_ns BIGINT  Time on the critical path.
+--   edges BIGINT  Edges of the path in this row.
+--   sync_recorded BOOLEAN  Whether the rank's trace has `cuda_sync` events; NULL on a CPU-only trace.
+WITH dimensions AS (
+  SELECT DISTINCT pg, dimension FROM step_comm_groups WHERE pg IS NOT NULL
+),
+synced AS (
+  SELECT DISTINCT rank FROM trace_events WHERE cat = 'cuda_sync'
+),
+device_ranks AS (
+  SELECT DISTINCT rank FROM steps WHERE timeline = 'device'
+),
+attributed AS (
+  SELECT e.*, c.pg, c.scope, c.rank IS NOT NULL AS is_collective
+  FROM _critical_path_edges AS e
+  LEFT JOIN collectives AS c
+    ON c.rank = e.rank AND e.on_device AND c.timeline = 'device' AND c.start_ns = e.event_ts_ns AND c.kernel = e.event_name
+),
+parted AS (
+  SELECT
+    a.rank, a.step, a.weight_ns,
+    CASE
+      WHEN a.edge = 'kernel gap' THEN 'idle'
+      WHEN a.edge = 'launch' OR a.event_cat IN ('cuda_runtime', 'cuda_driver') THEN 'launch and cpu overhead'
+      WHEN a.is_collective THEN 'communication'
+      ELSE 'compute'
+    END AS part,
+    CASE WHEN a.is_collective THEN coalesce(d.dimension, 'other') END AS dimension,
+    CASE WHEN a.is_collective THEN a.scope END AS scope,
+    CASE
+      WHEN a.edge = 'kernel gap' THEN 'gpu_kernel_kernel_overhead'
+      WHEN a.edge = 'launch' THEN 'gpu_kernel_launch_overhead'
+      WHEN a.edge = 'dependency' THEN ''
+      WHEN NOT a.on_device THEN 'cpu_bound'
+      WHEN contains(lower(a.event_name), 'nccl') THEN 'gpu_communication_bound'
+      ELSE 'gpu_compute_bound'
+    END AS hta_bound
+  FROM attributed AS a
+  LEFT JOIN dimensions AS d ON d.pg = a.pg
+  WHERE a.edge <> 'dependency'
+)
+SELECT
+  getvariable('run_id') AS run_id,
+  p.rank, p.step, p.part, p.dimension, p.scope, p.hta_bound,
+  CAST(sum(p.weight_ns) AS BIGINT) AS path_ns,
+  count(*) AS edges,
+  CASE WHEN p.rank IN (SELECT rank FROM device_ranks) THEN p.rank IN (SELECT rank FROM synced) END AS sync_recorded
+FROM parted AS p
+GROUP BY ALL
+ORDER BY p.rank, p.step, path_ns DESC

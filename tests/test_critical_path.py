@@ -1,0 +1,150 @@
+"""The critical path of a step: against HTA's on its own test traces, and small cases worked by hand."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from conftest import REFERENCE, TRACES, ingest_directly, table_rows
+from pipelines import critical_path, sql
+from pipelines.kineto.fields import MAX_PLAUSIBLE_DUR_NS
+from pipelines.warehouse import Warehouse
+
+HTA = json.loads((REFERENCE / "hta_0.6.1_critical_path.json").read_text())["traces"]
+SHARE_POINTS = 2.0  # the issue's bar: each of HTA's categories within 2 points of its share
+LENGTH_SHARE = 0.01  # and the path's length within 1 %
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Warehouse:
+    store = Warehouse(tmp_path_factory.mktemp("critical-path") / "warehouse")
+    store.ensure()
+    for name in HTA:
+        ingest_directly(store, TRACES / "hta_critical_path" / name, name)
+    return store
+
+
+def hta_shares(name: str) -> tuple[float, dict[str, float]]:
+    reference = HTA[name]
+    return reference["critical_path_us"] * 1000, {k: v for k, v in reference["bound_by_percent"].items() if v}
+
+
+def assert_agrees(name: str, length_ns: float, by_bound: dict[str, float]) -> None:
+    hta_length, hta = hta_shares(name)
+    ours = {bound: 100 * ns / length_ns for bound, ns in by_bound.items() if ns}
+    print(f"{name}: {length_ns / 1000:.0f} us (HTA {hta_length / 1000:.0f}), "
+          + ", ".join(f"{b} {ours.get(b, 0):.2f} % (HTA {hta.get(b, 0):.2f})" for b in sorted(set(ours) | set(hta))))
+    assert abs(length_ns / hta_length - 1) <= LENGTH_SHARE
+    assert all(abs(ours.get(b, 0) - hta.get(b, 0)) <= SHARE_POINTS for b in set(ours) | set(hta)), (ours, hta)
+
+
+def test_a_step_agrees_with_hta(store):
+    """cuda_event_sync: HTA's reference is its step ProfilerStep#100 (event syncs on the CPU)."""
+    rows = table_rows(store, "SELECT hta_bound, sum(path_ns) AS ns, any_value(sync_recorded) AS synced "
+                             "FROM step_critical_path WHERE run_id = 'cuda_event_sync' AND step = 100 GROUP BY hta_bound")
+    by_bound = {row["hta_bound"]: row["ns"] for row in rows}
+    assert all(row["synced"] for row in rows)
+    assert_agrees("cuda_event_sync", sum(by_bound.values()), by_bound)
+
+
+@pytest.mark.parametrize("name", ["simple_add", "cuda_event_sync_multi_stream"])
+def test_a_whole_trace_agrees_with_hta(store, name):
+    """HTA's reference for these is the whole trace (they have no ProfilerStep): the same graph
+    over the trace's span, from the run's parsed events."""
+    con = store.connect()
+    try:
+        sql.set_variables(con, max_dur_ns=MAX_PLAUSIBLE_DUR_NS, run=name)
+        con.execute("CREATE TEMP VIEW run_events AS FROM trace_events WHERE run_id = getvariable('run')")
+        events = con.sql(critical_path.EVENTS_QUERY.replace("FROM trace_events", "FROM run_events")).to_arrow_table()
+    finally:
+        con.close()
+    graph = critical_path.RankGraph(critical_path.Events.of(events))
+    start = int(graph.e.ts.min())
+    end = int((graph.e.ts + graph.e.dur).max())
+    path = critical_path.longest_path(graph.window(start, end))
+    by_bound: dict[str, float] = defaultdict(float)
+    for edge in path:
+        by_bound[bound(edge, graph.e)] += edge.weight
+    assert_agrees(name, sum(edge.weight for edge in path), by_bound)
+
+
+def bound(edge: critical_path.Edge, events: critical_path.Events) -> str:
+    """HTA's category of an edge, as step_critical_path gives it."""
+    if edge.kind == critical_path.KERNEL_GAP:
+        return "gpu_kernel_kernel_overhead"
+    if edge.kind == critical_path.LAUNCH:
+        return "gpu_kernel_launch_overhead"
+    if edge.kind == critical_path.DEPENDENCY:
+        return ""
+    return "gpu_compute_bound" if events.on_device[edge.event] else "cpu_bound"
+
+
+def events(rows: list[dict]) -> critical_path.Events:
+    """Events from rows in microseconds; what a row leaves out takes a default."""
+    defaults = {"cat": "cpu_op", "tid": "1", "stream": None, "correlation": None, "wait_on_stream": None,
+                "wait_on_correlation": None}
+    full = [{**defaults, **row} for row in rows]
+    table = pa.table({
+        "cat": [r["cat"] for r in full], "name": [r["name"] for r in full],
+        "ts_ns": [r["ts"] * 1000 for r in full], "dur_ns": [r["dur"] * 1000 for r in full],
+        "tid": [r["tid"] for r in full], "stream": pa.array([r["stream"] for r in full], pa.int64()),
+        "correlation": pa.array([r["correlation"] for r in full], pa.int64()),
+        "wait_on_stream": pa.array([r["wait_on_stream"] for r in full], pa.int64()),
+        "wait_on_correlation": pa.array([r["wait_on_correlation"] for r in full], pa.int64()),
+        "on_device": [r["cat"] == "kernel" for r in full],
+    })
+    return critical_path.Events.of(table)
+
+
+def path_of(rows: list[dict]) -> list[tuple[str, str | None, int]]:
+    e = events(rows)
+    path = critical_path.longest_path(critical_path.RankGraph(e).window(0, int(e.ts.max())))
+    return [(edge.kind, e.name[edge.event] if edge.event >= 0 else None, edge.weight // 1000) for edge in path]
+
+
+LAUNCH_THEN_SYNC = [
+    {"name": "forward", "ts": 0, "dur": 10},
+    {"name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 2, "dur": 2, "correlation": 1},
+    {"name": "gemm", "cat": "kernel", "ts": 6, "dur": 40, "stream": 7, "correlation": 1, "tid": "7"},
+    {"name": "cudaDeviceSynchronize", "cat": "cuda_runtime", "ts": 12, "dur": 40, "correlation": 2},
+]
+
+
+def test_a_blocking_call_is_the_kernel_it_waited_for():
+    """forward (0-10 us) launches gemm at 2 us (on the device 6-46); cudaDeviceSynchronize
+    (12-52) waits for it. The path: forward up to the launch, the launch's delay, the kernel, then
+    the wait's end (the Context Sync says what it waited for); the call's own 40 us are not CPU
+    time."""
+    synced = LAUNCH_THEN_SYNC + [{"name": "Context Sync", "cat": "cuda_sync", "ts": 12, "dur": 40, "correlation": 2,
+                                   "tid": "-1", "stream": -1}]
+    assert path_of(synced) == [("operator", "forward", 2), ("launch", None, 4), ("operator", "gemm", 40),
+                               ("dependency", None, 0)]
+
+
+def test_without_sync_events_the_wait_is_unseen():
+    """The same without the trace's cuda_sync event: nothing ties the wait's end to the kernel, so
+    the path ends with the kernel, and no CPU time is added for the wait."""
+    assert path_of(LAUNCH_THEN_SYNC) == [("operator", "forward", 2), ("launch", None, 4), ("operator", "gemm", 40)]
+
+
+def test_a_stream_waits_for_the_recorded_event():
+    """Kernel a (stream 7, 5-25 us) is recorded as an event; stream 8 waits for it, so kernel b,
+    launched at 6 us, starts at 26 after a ends: the path runs through a, then b."""
+    rows = [
+        {"name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 1, "dur": 1, "correlation": 1},
+        {"name": "a", "cat": "kernel", "ts": 5, "dur": 20, "stream": 7, "correlation": 1, "tid": "7"},
+        {"name": "cudaEventRecord", "cat": "cuda_runtime", "ts": 3, "dur": 1, "correlation": 2},
+        {"name": "cudaStreamWaitEvent", "cat": "cuda_runtime", "ts": 4, "dur": 1, "correlation": 3},
+        {"name": "Stream Wait Event", "cat": "cuda_sync", "ts": 4, "dur": 1, "correlation": 3, "stream": 8,
+         "wait_on_stream": 7, "wait_on_correlation": 2, "tid": "8"},
+        {"name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 6, "dur": 1, "correlation": 4},
+        {"name": "b", "cat": "kernel", "ts": 26, "dur": 10, "stream": 8, "correlation": 4, "tid": "8"},
+    ]
+    assert path_of(rows) == [("launch", None, 4), ("operator", "a", 20), ("dependency", None, 0), ("operator", "b", 10)]
+    # Without the wait, b's 20 us from its launch to its start read as its launch delay, reached
+    # through the CPU's calls before it.
+    assert path_of([r for r in rows if r["name"] != "Stream Wait Event"])[-2:] == [("launch", None, 20), ("operator", "b", 10)]
