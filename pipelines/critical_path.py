@@ -29,19 +29,29 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from pipelines import sql
+
 STEP = "_critical_path_step"
 TABLE = "_critical_path_edges"
 
-EVENTS_QUERY = """
+RELEVANT = """ph = 'X' AND ts_ns IS NOT NULL AND dur_ns >= 0 AND dur_ns <= getvariable('max_dur_ns')
+  AND (cat IN ('cpu_op', 'cuda_runtime', 'cuda_driver', 'cuda_sync') OR is_device_event(cat))"""
+COUNT_QUERY = f"SELECT count(*) FROM trace_events WHERE {RELEVANT}"
+STEPS_QUERY = "SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, step"
+# The events of each rank's span to read (`critical_from_ns` and `critical_to_ns`, lists by rank).
+EVENTS_QUERY = f"""
 SELECT rank, cat, name, ts_ns, dur_ns, tid, stream, correlation, wait_on_stream, wait_on_correlation,
   is_device_event(cat) AS on_device
 FROM trace_events
-WHERE ph = 'X' AND ts_ns IS NOT NULL AND dur_ns >= 0 AND dur_ns <= getvariable('max_dur_ns')
-  AND (cat IN ('cpu_op', 'cuda_runtime', 'cuda_driver', 'cuda_sync') OR is_device_event(cat))
+WHERE {RELEVANT} AND rank < len(getvariable('critical_from_ns'))
+  AND ts_ns BETWEEN getvariable('critical_from_ns')[rank + 1] AND getvariable('critical_to_ns')[rank + 1]
 ORDER BY rank, ts_ns, dur_ns DESC
 """
-STEPS_QUERY = "SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, step"
-QUERIES = (EVENTS_QUERY, STEPS_QUERY)
+QUERIES = (COUNT_QUERY, STEPS_QUERY, EVENTS_QUERY)
+# A run with more events than this (of the kinds the graph reads) gets the path of one step per
+# rank, its median-length step, as HTA gives one step at a time: the graph is walked in Python, at
+# about 25 us an event on the machine the tests run on (5 s for this many).
+MAX_EVENTS_ALL_STEPS = 200_000
 
 NODE_CATEGORIES = ("cpu_op", "cuda_runtime", "cuda_driver")
 BLOCKING_CALLS = frozenset({
@@ -76,6 +86,9 @@ class Events:
 
     @classmethod
     def of(cls, table: pa.Table) -> Events:
+        """The table's events in time order (the longer first where two start together)."""
+        table = table.sort_by([("ts_ns", "ascending"), ("dur_ns", "descending")])
+
         def ints(name: str) -> np.ndarray:
             return np.nan_to_num(table.column(name).to_numpy(zero_copy_only=False).astype(float), nan=-1).astype(np.int64)
 
@@ -106,7 +119,7 @@ class RankGraph:
     def __init__(self, events: Events):
         self.e = events
         n = len(events.ts)
-        kernel_of: dict[int, int] = {}  # correlation -> device event
+        device_of: dict[int, int] = {}  # correlation -> device event
         self.sync_events = [i for i in range(n) if events.cat[i] == "cuda_sync"]
         runtime_of: dict[int, int] = {}  # correlation -> runtime call
         for i in range(n):
@@ -114,16 +127,18 @@ class RankGraph:
             if c < 0:
                 continue
             if events.on_device[i]:
-                kernel_of[c] = i
+                device_of[c] = i
             elif events.cat[i] in ("cuda_runtime", "cuda_driver"):
                 runtime_of[c] = i
         self.runtime_of = runtime_of
         self.launch_of: dict[int, int] = {}  # device event -> its launch
+        self.kernel_of: dict[int, int] = {}  # launch -> its device event
         launches = []
-        for c, k in kernel_of.items():
+        for c, k in device_of.items():
             r = runtime_of.get(c)
             if r is not None:
                 self.launch_of[k] = r
+                self.kernel_of[r] = k
                 if events.name[r] in LAUNCH_CALLS:
                     launches.append((r, k))
         self._queue_lengths(launches)
@@ -190,10 +205,10 @@ class RankGraph:
         """The graph of the events in a window: CPU events that start in it, device events whose
         launch does, and the synchronisation events that start in it."""
         e = self.e
-        inside = (e.ts >= start_ns) & (e.ts <= end_ns)
-        cpu = [i for i in np.flatnonzero(inside & ~e.on_device & (e.dur > 0)) if e.cat[i] in NODE_CATEGORIES]
+        first, last = int(np.searchsorted(e.ts, start_ns, side="left")), int(np.searchsorted(e.ts, end_ns, side="right"))
+        cpu = [i for i in range(first, last) if not e.on_device[i] and e.dur[i] > 0 and e.cat[i] in NODE_CATEGORIES]
         members = set(cpu)
-        kernels = [k for k, r in self.launch_of.items() if start_ns <= e.ts[r] <= end_ns and e.dur[r] > 0]
+        kernels = [self.kernel_of[r] for r in cpu if r in self.kernel_of]
         members.update(kernels)
         edges = self._cpu_edges(cpu)
         edges += self._device_edges(kernels, members, start_ns, end_ns)
@@ -342,12 +357,33 @@ def longest_path(edges: list[Edge]) -> list[Edge]:
     return path[::-1]
 
 
-def critical_paths(events: pa.Table, steps: pa.Table) -> pa.Table:
-    """Every step's critical path on its rank: one row per edge on it."""
-    rows: dict[str, list] = {name: [] for name in COLUMNS}
+def chosen_windows(steps: pa.Table, all_steps: bool) -> dict[int, list[tuple[int, int, int]]]:
+    """Per rank, the steps whose paths are found: all of them, or its median-length one."""
     windows: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
     for rank, step, start, end in zip(*(steps.column(c).to_pylist() for c in ("rank", "step", "start_ns", "end_ns"))):
         windows[rank].append((step, start, end))
+    if not all_steps:
+        for rank, rank_windows in windows.items():
+            by_length = sorted(rank_windows, key=lambda w: (w[2] - w[1], w[0]))
+            windows[rank] = [by_length[(len(by_length) - 1) // 2]]
+    return windows
+
+
+def spans(windows: dict[int, list[tuple[int, int, int]]]) -> dict[str, list[int]]:
+    """The variables of EVENTS_QUERY: per rank, from its first chosen step's start to its last's end,
+    and as long again after it (the kernels its last step launched run on after it ends)."""
+    size = max(windows, default=-1) + 1
+    start, end = [0] * size, [-1] * size
+    for rank, rank_windows in windows.items():
+        _, last_start, last_end = max(rank_windows, key=lambda w: w[2])
+        start[rank] = min(w[1] for w in rank_windows)
+        end[rank] = last_end + (last_end - last_start)
+    return {"critical_from_ns": start, "critical_to_ns": end}
+
+
+def critical_paths(events: pa.Table, windows: dict[int, list[tuple[int, int, int]]]) -> pa.Table:
+    """Each chosen step's critical path on its rank: one row per edge on it."""
+    rows: dict[str, list] = {name: [] for name in COLUMNS}
     ranks = events.column("rank").to_numpy(zero_copy_only=False)
     for rank, rank_windows in windows.items():
         chosen = np.flatnonzero(ranks == rank)
@@ -370,8 +406,11 @@ def critical_paths(events: pa.Table, steps: pa.Table) -> pa.Table:
 
 
 def register(con) -> None:
-    """Build TABLE in the session: the edges of every step's critical path."""
-    found = critical_paths(con.sql(EVENTS_QUERY).to_arrow_table(), con.sql(STEPS_QUERY).to_arrow_table())
+    """Build TABLE in the session: the edges of the chosen steps' critical paths."""
+    ((count,),) = con.execute(COUNT_QUERY).fetchall()
+    windows = chosen_windows(con.sql(STEPS_QUERY).to_arrow_table(), count <= MAX_EVENTS_ALL_STEPS)
+    sql.set_variables(con, **spans(windows))
+    found = critical_paths(con.sql(EVENTS_QUERY).to_arrow_table(), windows)
     con.register("_critical_found", found)
     try:
         con.execute(f'CREATE OR REPLACE TABLE "{TABLE}" AS SELECT * FROM _critical_found').fetchall()

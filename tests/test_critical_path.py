@@ -57,7 +57,7 @@ def test_a_whole_trace_agrees_with_hta(store, name):
     over the trace's span, from the run's parsed events."""
     con = store.connect()
     try:
-        sql.set_variables(con, max_dur_ns=MAX_PLAUSIBLE_DUR_NS, run=name)
+        sql.set_variables(con, max_dur_ns=MAX_PLAUSIBLE_DUR_NS, run=name, critical_from_ns=[0], critical_to_ns=[2**62])
         con.execute("CREATE TEMP VIEW run_events AS FROM trace_events WHERE run_id = getvariable('run')")
         events = con.sql(critical_path.EVENTS_QUERY.replace("FROM trace_events", "FROM run_events")).to_arrow_table()
     finally:
@@ -148,3 +148,14 @@ def test_a_stream_waits_for_the_recorded_event():
     # Without the wait, b's 20 us from its launch to its start read as its launch delay, reached
     # through the CPU's calls before it.
     assert path_of([r for r in rows if r["name"] != "Stream Wait Event"])[-2:] == [("launch", None, 20), ("operator", "b", 10)]
+
+
+def test_a_large_run_gets_each_ranks_median_step():
+    """Above MAX_EVENTS_ALL_STEPS events, one step per rank: its median-length one; the events
+    read run from it to as long again after it (the kernels it launched)."""
+    steps = pa.table({"rank": [0, 0, 0, 1, 1], "step": [1, 2, 3, 1, 2],
+                      "start_ns": [0, 100, 250, 0, 100], "end_ns": [100, 250, 300, 90, 180]})
+    assert critical_path.chosen_windows(steps, all_steps=True)[0] == [(1, 0, 100), (2, 100, 250), (3, 250, 300)]
+    chosen = critical_path.chosen_windows(steps, all_steps=False)
+    assert chosen == {0: [(1, 0, 100)], 1: [(2, 100, 180)]}
+    assert critical_path.spans(chosen) == {"critical_from_ns": [0, 100], "critical_to_ns": [200, 260]}
