@@ -5,7 +5,8 @@ with HTA's: every CPU operator, runtime call and device event is two nodes, its 
 joined by an edge as long as the event. Edges, each weighing the time from its source to its end:
 
 * on each CPU thread, operators in the order a depth-first walk of their nesting meets their starts
-  and ends; between top-level operators a zero edge (the thread's idle time is on no path);
+  and ends; between top-level operators a zero edge (the thread's idle time is on no path), but on
+  a rank without device events the time between them (the training loop's own);
 * a blocking synchronisation call (`cudaDeviceSynchronize`, `cudaStreamSynchronize`,
   `cudaEventQuery`, `cudaEventSynchronize`, `cudaMemcpy`, `cudaMemcpyAsync`) weighs nothing itself:
   its time is the device's, reached by a zero edge from what it waited for, as the trace's
@@ -16,15 +17,17 @@ joined by an edge as long as the event. Edges, each weighing the time from its s
 * a `Stream Wait Event` makes the next kernel launched on its stream wait for the kernel launched
   before the recorded event on the other stream (a zero edge).
 
-The longest path through that graph, over the step's window (CPU events that start in it, and
-device events whose launch does), is its critical path; each of its edges is attributed to the
-event it lies in (`sql/step_critical_path.sql` sorts them into parts, and HTA's categories).
+A step's graph joins its ranks' graphs, each over the rank's window (CPU events that start in it,
+device events whose launch does), by the step's collectives (`step_graph`). The longest path
+ending on a rank is its critical path for the step; each of its edges is attributed to an event
+(`sql/step_critical_path.sql` sorts them into parts, and HTA's categories).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Hashable
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -47,7 +50,15 @@ WHERE {RELEVANT} AND rank < len(getvariable('critical_from_ns'))
   AND ts_ns BETWEEN getvariable('critical_from_ns')[rank + 1] AND getvariable('critical_to_ns')[rank + 1]
 ORDER BY rank, ts_ns, dur_ns DESC
 """
-QUERIES = (COUNT_QUERY, STEPS_QUERY, EVENTS_QUERY)
+# Each rank's part in each collective of a step, and when its last rank arrived.
+INSTANCES_QUERY = """
+SELECT c.rank, c.step, c.collective_key AS key, c.start_ns, c.end_ns, s.last_start_ns AS begin_ns,
+  coalesce(c.kernel, '') AS kernel, c.timeline = 'device' AS on_device
+FROM collectives AS c
+JOIN collective_sync AS s USING (collective_key)
+WHERE c.step IS NOT NULL AND c.end_ns >= c.start_ns AND s.last_start_ns IS NOT NULL
+"""
+QUERIES = (COUNT_QUERY, STEPS_QUERY, EVENTS_QUERY, INSTANCES_QUERY)
 # A run with more events than this (of the kinds the graph reads) gets the path of one step per
 # rank, its median-length step, as HTA gives one step at a time: the graph is walked in Python, at
 # about 25 us an event on the machine the tests run on (5 s for this many).
@@ -63,9 +74,12 @@ LAUNCH_CALLS = frozenset({
     "hipExtModuleLaunchKernel", "hipMemcpyAsync", "hipMemsetAsync", "hipMemcpyWithStream",
 })
 OPERATOR, LAUNCH, KERNEL_GAP, DEPENDENCY = "operator", "launch", "kernel gap", "dependency"
+ISSUE, WAIT, TRANSFER = "issue", "waiting", "transfer"  # a collective's edges (see step_graph)
+BETWEEN = "between operators"  # a CPU timeline's time between top-level operators
 COLUMNS = {
-    "rank": pa.int32(), "step": pa.int64(), "edge": pa.string(), "weight_ns": pa.int64(), "event_cat": pa.string(),
-    "event_name": pa.string(), "event_ts_ns": pa.int64(), "on_device": pa.bool_(),
+    "rank": pa.int32(), "step": pa.int64(), "edge": pa.string(), "weight_ns": pa.int64(), "event_rank": pa.int32(),
+    "collective_key": pa.string(), "event_cat": pa.string(), "event_name": pa.string(), "event_ts_ns": pa.int64(),
+    "on_device": pa.bool_(),
 }
 
 
@@ -104,11 +118,13 @@ class Events:
 
 @dataclass(frozen=True)
 class Edge:
-    source: int  # node ids: 2 i is event i's start, 2 i + 1 its end
-    target: int
+    source: Hashable  # a rank's own node ids: 2 i is event i's start, 2 i + 1 its end
+    target: Hashable
     kind: str
     weight: int
-    event: int  # the event the edge's time is attributed to; -1: none
+    event: int  # the event of `rank` the edge's time is attributed to; -1: none
+    rank: int = -1  # whose time the edge is
+    key: str | None = None  # the collective of a wait or a transfer
 
 
 class RankGraph:
@@ -141,6 +157,11 @@ class RankGraph:
                 self.kernel_of[r] = k
                 if events.name[r] in LAUNCH_CALLS:
                     launches.append((r, k))
+        self._issuers: tuple[np.ndarray, list[int]] | None = None
+        # A rank without device events runs on its CPU threads alone: their time between top-level
+        # operators is the training loop's own (Python), where on a device timeline it is the CPU's
+        # idle time, on no path (HTA's rule).
+        self.cpu_timeline = not events.on_device.any()
         self._queue_lengths(launches)
         self._recorded_kernels(launches)
         self._stream_waits(launches)
@@ -248,7 +269,8 @@ class RankGraph:
             node = 2 * i if entering else 2 * i + 1
             if entering:
                 if depth == 0 and last_top is not None:
-                    edges.append(Edge(last_top, node, DEPENDENCY, 0, -1))
+                    edges.append(Edge(last_top, node, BETWEEN, self.time(node) - self.time(last_top), -1)
+                                 if self.cpu_timeline else Edge(last_top, node, DEPENDENCY, 0, -1))
                 depth += 1
                 if last is not None:
                     edges.append(self._operator_edge(last, node, last_parent, blocking=False))
@@ -271,12 +293,22 @@ class RankGraph:
             event = target // 2
         else:
             event = source_parent
-        weight = 0 if blocking else max(0, self._time(target) - self._time(source))
+        weight = 0 if blocking else max(0, self.time(target) - self.time(source))
         return Edge(source, target, OPERATOR, weight, event)
 
-    def _time(self, node: int) -> int:
+    def time(self, node: int) -> int:
         i = node // 2
         return int(self.e.ts[i]) if node % 2 == 0 else self.e.end(i)
+
+    def issuer(self, at_ns: int) -> int | None:
+        """The latest `c10d::` operator to start at or before a time: the call that issued a
+        collective that a worker thread ran."""
+        if self._issuers is None:
+            calls = [i for i in range(len(self.e.ts)) if self.e.cat[i] == "cpu_op" and self.e.name[i].startswith("c10d::")]
+            self._issuers = (np.array([int(self.e.ts[i]) for i in calls], dtype=np.int64), calls)
+        times, calls = self._issuers
+        at = int(np.searchsorted(times, at_ns, side="right"))
+        return calls[at - 1] if at else None
 
     def _device_edges(self, kernels: list[int], members: set[int], start_ns: int, end_ns: int) -> list[Edge]:
         """Kernels in order on each stream, with their launches, gaps and synchronisations."""
@@ -324,37 +356,150 @@ class RankGraph:
         return [Edge(2 * k + 1, 2 * call + 1, DEPENDENCY, 0, -1) for k in waited if k is not None and k in members]
 
 
-def longest_path(edges: list[Edge]) -> list[Edge]:
+def longest_path(edges: list[Edge], rank: int | None = None) -> list[Edge]:
     """The heaviest chain of edges (the graph has no cycle: every edge runs forward in time, or
-    ties). Kahn's order, then the best predecessor of each node."""
-    successors: dict[int, list[Edge]] = defaultdict(list)
-    indegree: dict[int, int] = defaultdict(int)
-    nodes: set[int] = set()
+    ties), ending on `rank`'s nodes where given. Of chains as heavy, the one with most of its time
+    on `rank` itself (waits for another rank are on it only where that rank's chain was longer),
+    then the one of most edges (a wait's zero edge to its end). Kahn's order, then the best
+    predecessor of each node."""
+    successors: dict[Hashable, list[Edge]] = defaultdict(list)
+    indegree: dict[Hashable, int] = defaultdict(int)
+    nodes: set[Hashable] = set()
     for edge in edges:
         successors[edge.source].append(edge)
         indegree[edge.target] += 1
         nodes.update((edge.source, edge.target))
-    ready = sorted(n for n in nodes if indegree[n] == 0)
-    best: dict[int, tuple[int, Edge | None]] = {n: (0, None) for n in ready}
+    ready = [n for n in nodes if indegree[n] == 0]
+    best: dict[Hashable, tuple[int, int, int, Edge | None]] = {n: (0, 0, 0, None) for n in ready}
     while ready:
         node = ready.pop()
-        length = best[node][0]
+        length, own, count, _ = best[node]
         for edge in successors[node]:
-            candidate = length + edge.weight
-            if edge.target not in best or candidate > best[edge.target][0]:
-                best[edge.target] = (candidate, edge)
+            candidate = (length + edge.weight, own + (edge.weight if edge.rank == rank else 0), count + 1)
+            if edge.target not in best or candidate > best[edge.target][:3]:
+                best[edge.target] = (*candidate, edge)
             indegree[edge.target] -= 1
             if indegree[edge.target] == 0:
                 ready.append(edge.target)
-    if not best:
+    ends = [n for n in best if rank is None or node_rank(n) == rank]
+    if not ends:
         return []
-    node = max(best, key=lambda n: (best[n][0], n))
+    node = max(ends, key=lambda n: best[n][:3])
     path: list[Edge] = []
-    while best[node][1] is not None:
-        edge = best[node][1]
+    while best[node][3] is not None:
+        edge = best[node][3]
         path.append(edge)
         node = edge.source
     return path[::-1]
+
+
+def node_rank(node: Hashable) -> int | None:
+    """The rank a node of a step's graph belongs to: (rank, own node id), or a collective's node
+    on a rank (kind, key, rank); None for a collective's begin ("begin", key, None), which all its
+    ranks share."""
+    if isinstance(node, tuple):
+        return node[0] if len(node) == 2 else node[2]
+    return None
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A rank's part in a collective (a `collectives` row) and when its last rank arrived."""
+
+    rank: int
+    key: str
+    start_ns: int
+    end_ns: int
+    begin_ns: int
+    kernel: str
+    on_device: bool
+
+
+def step_graph(graphs: dict[int, RankGraph], windows: dict[int, tuple[int, int]], instances: list[Instance]) -> list[Edge]:
+    """One step's graph over all its ranks: each rank's own, tied by its collectives. A rank's
+    instance waits from its start until the collective begins, when the last rank arrives (the
+    `waiting` edge), and transfers from then to its end (`transfer`); the last rank's arrival also
+    leads to every rank's begin, so a rank that waited for it has the late rank's chain before its
+    transfer where that chain was the longer. On a CPU timeline (gloo) an instance runs on a worker thread: it follows the call
+    that issued it (the rank's latest `c10d::` operator to start before it), and a thread that was
+    between operators when it ended was waiting for it (`sql/_activity.sql` reads such waits so):
+    the thread's next operator follows the instance's end, and the gap weighs nothing itself."""
+    edges: list[Edge] = []
+    kernel_at: dict[tuple[int, int, str], int] = {}
+    for rank, (start, end) in windows.items():
+        graph = graphs[rank]
+        own = [Edge((rank, e.source), (rank, e.target), e.kind, e.weight, e.event, rank) for e in graph.window(start, end)]
+        edges += own
+        for i in range(len(graph.e.ts)):
+            if graph.e.on_device[i]:
+                kernel_at[(rank, int(graph.e.ts[i]), graph.e.name[i])] = i
+    instances = [x for x in instances if x.rank in windows]
+    kernels = {(x.rank, kernel_at[(x.rank, x.start_ns, x.kernel)]) for x in instances
+               if x.on_device and (x.rank, x.start_ns, x.kernel) in kernel_at}
+    edges = [e for e in edges if not (e.kind == OPERATOR and (e.rank, e.event) in kernels and e.source == (e.rank, 2 * e.event))]
+    cpu_ends: dict[int, list[tuple[int, Hashable]]] = defaultdict(list)
+    last_start: dict[str, int] = defaultdict(int)
+    for x in instances:
+        last_start[x.key] = max(last_start[x.key], x.start_ns)
+    for x in instances:
+        kernel = kernel_at.get((x.rank, x.start_ns, x.kernel)) if x.on_device else None
+        if x.on_device and kernel is None:
+            continue
+        start = (x.rank, 2 * kernel) if x.on_device else ("start", x.key, x.rank)
+        end = (x.rank, 2 * kernel + 1) if x.on_device else ("end", x.key, x.rank)
+        event = kernel if x.on_device else -1
+        begun = max(x.begin_ns, x.start_ns)
+        own_begin = ("begun", x.key, x.rank)
+        edges.append(Edge(start, own_begin, WAIT, begun - x.start_ns, event, x.rank, x.key))
+        edges.append(Edge(("begin", x.key, None), own_begin, DEPENDENCY, 0, -1))
+        edges.append(Edge(own_begin, end, TRANSFER, max(0, x.end_ns - begun), event, x.rank, x.key))
+        if x.start_ns >= last_start[x.key]:
+            edges.append(Edge(start, ("begin", x.key, None), DEPENDENCY, 0, -1, x.rank))
+        if not x.on_device:
+            cpu_ends[x.rank].append((x.end_ns, end))
+    for x in instances:
+        if not x.on_device:
+            edges += _issue_edges(x, graphs[x.rank], cpu_ends[x.rank])
+    return _waits_on_threads(edges, graphs, cpu_ends)
+
+
+def _issue_edges(x: Instance, graph: RankGraph, ends: list[tuple[int, Hashable]]) -> list[Edge]:
+    """A gloo instance starts once the call that issued it has, and once the rank's collective
+    that ended last before it has ended, where that came after the call (its worker threads or
+    its link were busy): the time from that end to its start is its pickup (`issue`)."""
+    start = ("start", x.key, x.rank)
+    issued = graph.issuer(x.start_ns)
+    issued_ns = int(graph.e.ts[issued]) if issued is not None else None
+    before = [(end_ns, node) for end_ns, node in ends if end_ns <= x.start_ns and node != ("end", x.key, x.rank)]
+    queued = max(before, key=lambda b: b[0], default=None)
+    edges = []
+    if queued is not None and (issued_ns is None or queued[0] > issued_ns):
+        edges.append(Edge(queued[1], start, ISSUE, x.start_ns - queued[0], -1, x.rank))
+        weight = 0
+    else:
+        weight = x.start_ns - issued_ns if issued_ns is not None else 0
+    if issued is not None:
+        edges.append(Edge((x.rank, 2 * issued), start, ISSUE, weight, issued, x.rank))
+    return edges
+
+
+def _waits_on_threads(edges: list[Edge], graphs: dict[int, RankGraph], ends: dict[int, list[tuple[int, Hashable]]]) -> list[Edge]:
+    """A thread between two operators when a collective ended waited for it: from the end of an
+    operator to the next node of its thread, the edge weighs nothing, and the collective's end
+    leads to that node."""
+    waited: list[Edge] = []
+    for index, edge in enumerate(edges):
+        rank = edge.rank
+        if rank not in ends or not isinstance(edge.source, tuple) or len(edge.source) != 2 or edge.source[1] % 2 == 0 \
+                or edge.kind not in (OPERATOR, DEPENDENCY, BETWEEN):
+            continue
+        graph = graphs[rank]
+        after, before = graph.time(edge.source[1]), graph.time(edge.target[1])
+        inside = [node for end_ns, node in ends[rank] if after < end_ns <= before]
+        if inside:
+            edges[index] = replace(edge, weight=0)
+            waited += [Edge(node, edge.target, DEPENDENCY, 0, -1, rank) for node in inside]
+    return edges + waited
 
 
 def chosen_windows(steps: pa.Table, all_steps: bool) -> dict[int, list[tuple[int, int, int]]]:
@@ -381,27 +526,41 @@ def spans(windows: dict[int, list[tuple[int, int, int]]]) -> dict[str, list[int]
     return {"critical_from_ns": start, "critical_to_ns": end}
 
 
-def critical_paths(events: pa.Table, windows: dict[int, list[tuple[int, int, int]]]) -> pa.Table:
-    """Each chosen step's critical path on its rank: one row per edge on it."""
+def critical_paths(events: pa.Table, windows: dict[int, list[tuple[int, int, int]]], instances: pa.Table) -> pa.Table:
+    """Each chosen step's critical path on each of its ranks, across ranks where collectives tie
+    them: one row per edge on it."""
     rows: dict[str, list] = {name: [] for name in COLUMNS}
     ranks = events.column("rank").to_numpy(zero_copy_only=False)
-    for rank, rank_windows in windows.items():
+    graphs = {}
+    for rank in windows:
         chosen = np.flatnonzero(ranks == rank)
-        if not len(chosen):
-            continue
-        rank_events = Events.of(events.take(pa.array(chosen)))
-        graph = RankGraph(rank_events)
-        for step, start, end in rank_windows:
-            for edge in longest_path(graph.window(start, end)):
-                event = edge.event if edge.event >= 0 else None
+        if len(chosen):
+            graphs[rank] = RankGraph(Events.of(events.take(pa.array(chosen))))
+    by_step: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
+    for rank, rank_windows in windows.items():
+        if rank in graphs:
+            for step, start, end in rank_windows:
+                by_step[step][rank] = (start, end)
+    step_instances: dict[int, list[Instance]] = defaultdict(list)
+    for row in instances.to_pylist():
+        step = row.pop("step")
+        step_instances[step].append(Instance(**row))
+    for step, step_windows in by_step.items():
+        edges = step_graph(graphs, step_windows, step_instances.get(step, []))
+        for rank in step_windows:
+            for edge in longest_path(edges, rank):
+                e = graphs[edge.rank].e if edge.rank >= 0 else None
+                event = edge.event if edge.event >= 0 and e is not None else None
                 rows["rank"].append(rank)
                 rows["step"].append(step)
                 rows["edge"].append(edge.kind)
                 rows["weight_ns"].append(edge.weight)
-                rows["event_cat"].append(None if event is None else rank_events.cat[event])
-                rows["event_name"].append(None if event is None else rank_events.name[event])
-                rows["event_ts_ns"].append(None if event is None else int(rank_events.ts[event]))
-                rows["on_device"].append(None if event is None else bool(rank_events.on_device[event]))
+                rows["event_rank"].append(edge.rank if edge.rank >= 0 else None)
+                rows["collective_key"].append(edge.key)
+                rows["event_cat"].append(None if event is None else e.cat[event])
+                rows["event_name"].append(None if event is None else e.name[event])
+                rows["event_ts_ns"].append(None if event is None else int(e.ts[event]))
+                rows["on_device"].append(None if event is None else bool(e.on_device[event]))
     return pa.table({name: pa.array(values, type=COLUMNS[name]) for name, values in rows.items()})
 
 
@@ -410,7 +569,7 @@ def register(con) -> None:
     ((count,),) = con.execute(COUNT_QUERY).fetchall()
     windows = chosen_windows(con.sql(STEPS_QUERY).to_arrow_table(), count <= MAX_EVENTS_ALL_STEPS)
     sql.set_variables(con, **spans(windows))
-    found = critical_paths(con.sql(EVENTS_QUERY).to_arrow_table(), windows)
+    found = critical_paths(con.sql(EVENTS_QUERY).to_arrow_table(), windows, con.sql(INSTANCES_QUERY).to_arrow_table())
     con.register("_critical_found", found)
     try:
         con.execute(f'CREATE OR REPLACE TABLE "{TABLE}" AS SELECT * FROM _critical_found').fetchall()

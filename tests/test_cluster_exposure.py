@@ -85,3 +85,16 @@ def test_exposed_communication_matches_what_the_link_costs(cluster_runs, store, 
     )[0].values()
     assert (dimension, scope, unbalanced) == (DIMENSION[job], "inter", 0)
     assert share > 0.99
+    # The critical path agrees: the network's communication on it, a rank-step's on average, is
+    # what the link holds up a step.
+    path_ratios = []
+    for run_id in run_ids:
+        on_path_ns = table_rows(store, """
+            SELECT sum(path_ns) FILTER (WHERE part = 'communication' AND scope = 'inter')
+              / (SELECT count(*) FROM step_breakdown WHERE run_id = $run_id) AS ns
+            FROM step_critical_path WHERE run_id = $run_id""", {"run_id": run_id})[0]["ns"]
+        path_ratios.append(on_path_ns / cost.link_ns)
+    print(f"{job}: the network's communication on the critical path over what the link costs: "
+          + ", ".join(f"{r:.3f}" for r in path_ratios))
+    if job == "ddp":
+        assert 0.85 - LINK_RESOLUTION <= statistics.median(path_ratios) <= 1.0 + LINK_RESOLUTION, path_ratios

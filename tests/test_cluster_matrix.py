@@ -79,6 +79,13 @@ def test_each_dimension_on_its_link_and_the_other_rate_predicted(cluster_runs, s
                  WHERE g.run_id = b.run_id AND g.rank = b.rank AND g.step = b.step)) AS unbalanced,
               (SELECT count(*) FROM collective_bw WHERE run_id = $run AND utilization > 1) AS over""", {"run": run_id})[0].values()
         assert (unbalanced, over) == (0, 0)
+        # The critical path's communication is each dimension's on its own link.
+        on_path = table_rows(store, """
+            SELECT dimension, scope, sum(path_ns) AS ns FROM step_critical_path
+            WHERE run_id = ? AND part = 'communication' GROUP BY ALL ORDER BY ns DESC""", [run_id])
+        print(f"{job} {name}: communication on the critical path (ms per rank-step): "
+              + ", ".join(f"{r['dimension']} {r['scope']} {r['ns'] / 1e6 / max(1, len(slow.steady_step_ns)):.0f}" for r in on_path))
+        assert all(scopes.get(r["dimension"]) == r["scope"] for r in on_path), on_path
         intra = table_rows(store, """SELECT median(transfer_busbw_gbps) AS gbps FROM collective_bw
                                      WHERE run_id = ? AND scope = 'intra'""", [run_id])[0]["gbps"]
         if intra is not None:

@@ -159,3 +159,29 @@ def test_a_large_run_gets_each_ranks_median_step():
     chosen = critical_path.chosen_windows(steps, all_steps=False)
     assert chosen == {0: [(1, 0, 100)], 1: [(2, 100, 180)]}
     assert critical_path.spans(chosen) == {"critical_from_ns": [0, 100], "critical_to_ns": [200, 260]}
+
+
+def test_a_rank_waits_for_a_late_rank_through_its_chain():
+    """Two gloo ranks all-reduce once. Rank 0 starts its step at 5 ms, computes until 10 and issues
+    the all-reduce; rank 1 computes 0-30 and issues it at 30; the collective begins at 31 and ends
+    at 71 on both; each then computes 10 ms more. Rank 0's path is rank 1's chain up to the begin
+    (the longer: 31 ms against rank 0's 6 and its 20 ms wait), the transfer, then its own work;
+    rank 1's is its own throughout. Had rank 0 started at 0, its own chain and wait (31 ms) would
+    tie with rank 1's, and its path would keep to itself."""
+    ms = 1000  # rows are in microseconds
+    graphs, windows, instances = {}, {}, []
+    for rank, begin, compute in ((0, 5, 5), (1, 0, 30)):
+        rows = [
+            {"name": "forward", "ts": begin * ms, "dur": compute * ms},
+            {"name": "c10d::allreduce_", "ts": (begin + compute) * ms, "dur": 100},
+            {"name": "optimizer", "ts": 72 * ms, "dur": 10 * ms},
+        ]
+        graphs[rank] = critical_path.RankGraph(events(rows))
+        windows[rank] = (begin * ms * 1000, 90 * ms * 1000)
+        instances.append(critical_path.Instance(rank, "c", (begin + compute + 1) * ms * 1000, 71 * ms * 1000,
+                                                31 * ms * 1000, "gloo:all_reduce", False))
+    edges = critical_path.step_graph(graphs, windows, instances)
+    paths = {rank: [(edge.kind, edge.rank, edge.weight // 1_000_000) for edge in critical_path.longest_path(edges, rank)
+                    if edge.weight] for rank in (0, 1)}
+    assert paths[0] == [("operator", 1, 30), ("issue", 1, 1), ("transfer", 0, 40), ("operator", 0, 10)]
+    assert paths[1] == [("operator", 1, 30), ("issue", 1, 1), ("transfer", 1, 40), ("operator", 1, 10)]
