@@ -25,6 +25,7 @@ def store(tmp_path_factory) -> Warehouse:
     store.ensure()
     for name in HTA:
         ingest_directly(store, TRACES / "hta_critical_path" / name, name)
+    ingest_directly(store, TRACES / "hta_ddp_nccl_meta_2024" / "nccl_data.json.gz", "no_sync")
     return store
 
 
@@ -49,6 +50,18 @@ def test_a_step_agrees_with_hta(store):
     by_bound = {row["hta_bound"]: row["ns"] for row in rows}
     assert all(row["synced"] for row in rows)
     assert_agrees("cuda_event_sync", sum(by_bound.values()), by_bound)
+
+
+def test_a_device_trace_without_sync_events_still_has_a_path(store):
+    """HTA's DDP trace records no `cuda_sync` events: each of its steps still has a path, through
+    the launches and kernels the trace shows, and says the waits are missing."""
+    rows = table_rows(store, "SELECT step, sum(path_ns) AS ns, bool_or(sync_recorded) AS synced, "
+                             "sum(path_ns) FILTER (WHERE part = 'launch and cpu overhead') AS overhead "
+                             "FROM step_critical_path WHERE run_id = 'no_sync' GROUP BY step ORDER BY step")
+    steps = table_rows(store, "SELECT step, step_ns FROM step_breakdown WHERE run_id = 'no_sync' ORDER BY step")
+    assert [row["step"] for row in rows] == [row["step"] for row in steps] == [4, 5, 6]
+    assert all(row["synced"] is False and 0 < row["overhead"] < row["ns"] for row in rows)
+    assert all(0 < row["ns"] <= step["step_ns"] for row, step in zip(rows, steps))
 
 
 @pytest.mark.parametrize("name", ["simple_add", "cuda_event_sync_multi_stream"])
