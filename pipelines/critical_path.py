@@ -39,7 +39,7 @@ TABLE = "_critical_path_edges"
 
 RELEVANT = """ph = 'X' AND ts_ns IS NOT NULL AND dur_ns >= 0 AND dur_ns <= getvariable('max_dur_ns')
   AND (cat IN ('cpu_op', 'cuda_runtime', 'cuda_driver', 'cuda_sync') OR is_device_event(cat))"""
-COUNT_QUERY = f"SELECT count(*) FROM trace_events WHERE {RELEVANT}"
+COUNT_QUERY = f"SELECT rank, count(*) AS events FROM trace_events WHERE {RELEVANT} GROUP BY rank"
 STEPS_QUERY = "SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, step"
 # The events of each rank's span to read (`critical_from_ns` and `critical_to_ns`, lists by rank).
 EVENTS_QUERY = f"""
@@ -60,8 +60,10 @@ WHERE c.step IS NOT NULL AND c.end_ns >= c.start_ns AND s.last_start_ns IS NOT N
 """
 QUERIES = (COUNT_QUERY, STEPS_QUERY, EVENTS_QUERY, INSTANCES_QUERY)
 # A run with more events than this (of the kinds the graph reads) gets the path of one step per
-# rank, its median-length step, as HTA gives one step at a time: the graph is walked in Python, at
-# about 25 us an event on the machine the tests run on (5 s for this many).
+# rank, its median-length step, as HTA gives one step at a time, for as many ranks (in order) as
+# their steps' events, estimated from each rank's events over its steps' span, stay within it: the
+# graph is walked in Python, at about 25 us an event on the machine the tests run on (5 s for this
+# many).
 MAX_EVENTS_ALL_STEPS = 200_000
 
 NODE_CATEGORIES = ("cpu_op", "cuda_runtime", "cuda_driver")
@@ -502,16 +504,26 @@ def _waits_on_threads(edges: list[Edge], graphs: dict[int, RankGraph], ends: dic
     return edges + waited
 
 
-def chosen_windows(steps: pa.Table, all_steps: bool) -> dict[int, list[tuple[int, int, int]]]:
-    """Per rank, the steps whose paths are found: all of them, or its median-length one."""
+def chosen_windows(steps: pa.Table, events: dict[int, int], budget: int = MAX_EVENTS_ALL_STEPS
+                   ) -> dict[int, list[tuple[int, int, int]]]:
+    """Per rank, the steps whose paths are found: all of them where the run's `events` (per rank)
+    are within the budget; else each rank's median-length step, for the ranks whose steps fit."""
     windows: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
     for rank, step, start, end in zip(*(steps.column(c).to_pylist() for c in ("rank", "step", "start_ns", "end_ns"))):
         windows[rank].append((step, start, end))
-    if not all_steps:
-        for rank, rank_windows in windows.items():
-            by_length = sorted(rank_windows, key=lambda w: (w[2] - w[1], w[0]))
-            windows[rank] = [by_length[(len(by_length) - 1) // 2]]
-    return windows
+    if sum(events.values()) <= budget:
+        return windows
+    chosen: dict[int, list[tuple[int, int, int]]] = {}
+    spent = 0.0
+    for rank in sorted(windows):
+        rank_windows = windows[rank]
+        step = sorted(rank_windows, key=lambda w: (w[2] - w[1], w[0]))[(len(rank_windows) - 1) // 2]
+        span = max(w[2] for w in rank_windows) - min(w[1] for w in rank_windows)
+        spent += events.get(rank, 0) * (step[2] - step[1]) / max(span, 1)
+        if chosen and spent > budget:
+            break
+        chosen[rank] = [step]
+    return chosen
 
 
 def spans(windows: dict[int, list[tuple[int, int, int]]]) -> dict[str, list[int]]:
@@ -566,8 +578,8 @@ def critical_paths(events: pa.Table, windows: dict[int, list[tuple[int, int, int
 
 def register(con) -> None:
     """Build TABLE in the session: the edges of the chosen steps' critical paths."""
-    ((count,),) = con.execute(COUNT_QUERY).fetchall()
-    windows = chosen_windows(con.sql(STEPS_QUERY).to_arrow_table(), count <= MAX_EVENTS_ALL_STEPS)
+    events = dict(con.execute(COUNT_QUERY).fetchall())
+    windows = chosen_windows(con.sql(STEPS_QUERY).to_arrow_table(), events)
     sql.set_variables(con, **spans(windows))
     found = critical_paths(con.sql(EVENTS_QUERY).to_arrow_table(), windows, con.sql(INSTANCES_QUERY).to_arrow_table())
     con.register("_critical_found", found)

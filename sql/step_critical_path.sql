@@ -28,7 +28,8 @@
 -- (`torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True)`) records no waits between
 -- streams nor for the device: its path runs through them unseen, and `sync_recorded` says so. A
 -- run of more than 200 000 events of the kinds the graph reads has the path of one step per rank,
--- its median-length step (as HTA finds one step's at a time): `critical_path.MAX_EVENTS_ALL_STEPS`.
+-- its median-length step (as HTA finds one step's at a time), for as many ranks in order as keep
+-- those steps within 200 000 events: `critical_path.MAX_EVENTS_ALL_STEPS`.
 --
 -- Grain: one row per run, rank, step, part, dimension, scope and hta_bound on the step's path.
 --

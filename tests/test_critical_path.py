@@ -164,14 +164,19 @@ def test_a_stream_waits_for_the_recorded_event():
 
 
 def test_a_large_run_gets_each_ranks_median_step():
-    """Above MAX_EVENTS_ALL_STEPS events, one step per rank: its median-length one; the events
-    read run from it to as long again after it (the kernels it launched)."""
-    steps = pa.table({"rank": [0, 0, 0, 1, 1], "step": [1, 2, 3, 1, 2],
-                      "start_ns": [0, 100, 250, 0, 100], "end_ns": [100, 250, 300, 90, 180]})
-    assert critical_path.chosen_windows(steps, all_steps=True)[0] == [(1, 0, 100), (2, 100, 250), (3, 250, 300)]
-    chosen = critical_path.chosen_windows(steps, all_steps=False)
+    """Above the budget of events, one step per rank, its median-length one, for the ranks whose
+    steps' events (estimated over the rank's span) fit; the events read run from it to as long
+    again after it (the kernels it launched)."""
+    steps = pa.table({"rank": [0, 0, 0, 1, 1, 2], "step": [1, 2, 3, 1, 2, 1],
+                      "start_ns": [0, 100, 250, 0, 100, 0], "end_ns": [100, 250, 300, 90, 180, 100]})
+    events = {0: 300, 1: 180, 2: 100}
+    everything = critical_path.chosen_windows(steps, events, budget=580)
+    assert everything[0] == [(1, 0, 100), (2, 100, 250), (3, 250, 300)] and len(everything) == 3
+    # Rank 0's median step holds about 100 events, rank 1's 80, rank 2's 100: two ranks fit in 200.
+    chosen = critical_path.chosen_windows(steps, events, budget=200)
     assert chosen == {0: [(1, 0, 100)], 1: [(2, 100, 180)]}
     assert critical_path.spans(chosen) == {"critical_from_ns": [0, 100], "critical_to_ns": [200, 260]}
+    assert critical_path.chosen_windows(steps, events, budget=10) == {0: [(1, 0, 100)]}
 
 
 def test_a_rank_waits_for_a_late_rank_through_its_chain():
