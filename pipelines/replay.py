@@ -37,6 +37,7 @@ import pyarrow as pa
 
 # Dimensions that grow with the run: more ranks are more data-parallel replicas.
 SCALED_DIMENSIONS = ("dp", "fsdp")
+DURATION_ROWS = 4096  # collectives whose replayed durations are worked out at once (see Replay.durations)
 SEARCH_PASSES = 9  # search passes in log space, each a quarter of the last: a range of 1e10 resolved to 1e-4 of a value
 OPEN, ARRIVE, BEGIN, WAIT, CLOSE = range(5)  # the kinds of event the replay goes through
 
@@ -196,7 +197,18 @@ class Replay:
 
         At full line rate, a collective whose link's rate the run does not know moves its bits at
         the scenario's rate: that needs only its size. As achieved, it stays as measured.
+
+        Worked out DURATION_ROWS rows at a time: each step makes a matrix of rows x scenarios, and
+        on a run of 55 000 collectives and 200 scenarios the ten of them took 0.5 GB at once.
         """
+        index = np.arange(self.count)[rows]
+        replayed = np.empty((len(index), len(scenarios)))
+        for first in range(0, len(index), DURATION_ROWS):
+            part = index[first:first + DURATION_ROWS]
+            replayed[first:first + len(part)] = self._durations(scenarios, part)
+        return replayed
+
+    def _durations(self, scenarios: list[Scenario], rows: np.ndarray) -> np.ndarray:
         at_line_rate = np.array([s.line_rate for s in scenarios])[None, :]
         scale = self.scale(scenarios, rows)
         transfer = np.where(at_line_rate, self.wire[rows, None], self.transfer[rows, None]) * scale

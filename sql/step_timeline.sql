@@ -24,11 +24,16 @@
 -- of no length are left out, so no class can drop to zero and come back within an instant and
 -- the stretches are the same maximal ones a grouped sweep finds. Several stretches may start at
 -- one instant; all but the last end where they start and are dropped, and the last carries the
--- instant's final state, because the ends are found in the order of the sweep (`position`). The
--- same pass counts the windows opened so far, which names the last one opened: a stretch
--- belongs to that window's step if it starts before the window ends (the latest window starting
--- at or before it, as an ASOF join would find, at the price of an equality join on a few
--- thousand windows). The sweep is the costliest step of the analysis, so its stretches go
+-- instant's final state, because the ends are found in the order of the sweep (`position`).
+-- The same pass gives each change the instant of the next (`next_t`): a stretch ends there when
+-- the next change starts a stretch too, as nearly every change does. The few that start none
+-- come in runs of consecutive positions (position less its rank among them is the same along a
+-- run), and a run carries the end of the stretch before it on to its last change's `next_t`;
+-- a second sort of every change in sweep order, to find the next stretch's start, cost as much
+-- as the sweep itself. The same pass counts the windows opened so far, which names the last one
+-- opened: a stretch belongs to that window's step if it starts before the window ends (the
+-- latest window starting at or before it, as an ASOF join would find, at the price of an
+-- equality join on a few thousand windows). The sweep is the costliest step of the analysis, so its stretches go
 -- straight to this table's Parquet file and every reader reads them from there.
 --
 -- Grain: one row per run, rank and maximal stretch of one state (a stretch never crosses a step
@@ -66,23 +71,34 @@ running AS (
   SELECT
     rank,
     t,
-    edge,
-    change,
-    CAST(sum(change) OVER sweep AS BIGINT) AS active,
     CAST(sum(opens) OVER sweep AS BIGINT) AS opened,
-    row_number() OVER sweep AS position
+    row_number() OVER sweep AS position,
+    lead(t) OVER sweep AS next_t,
+    activity_state(CAST(sum(change) OVER sweep AS BIGINT)) AS state,
+    edge OR state <> activity_state(CAST(sum(change) OVER sweep AS BIGINT) - change) AS starts
   FROM changes
   WINDOW sweep AS (PARTITION BY rank ORDER BY t, change DESC ROWS UNBOUNDED PRECEDING)
 ),
+_carried AS (
+  -- Runs of changes that start no stretch: each extends the stretch of the change just before it.
+  SELECT rank, min(position) - 1 AS position, arg_max(next_t, position) AS end_ns
+  FROM (
+    SELECT rank, position, next_t, position - row_number() OVER (PARTITION BY rank ORDER BY position) AS run
+    FROM running
+    WHERE NOT starts
+  )
+  GROUP BY rank, run
+),
 stretches AS (
   SELECT
-    rank,
-    t AS start_ns,
-    lead(t) OVER (PARTITION BY rank ORDER BY position) AS end_ns,
-    activity_state(active) AS state,
-    opened
-  FROM running
-  WHERE edge OR activity_state(active) <> activity_state(active - change)
+    r.rank,
+    r.t AS start_ns,
+    CASE WHEN c.position IS NULL THEN r.next_t ELSE c.end_ns END AS end_ns,
+    r.state,
+    r.opened
+  FROM running AS r
+  LEFT JOIN _carried AS c ON c.rank = r.rank AND c.position = r.position
+  WHERE r.starts
 )
 SELECT
   getvariable('run_id') AS run_id,
