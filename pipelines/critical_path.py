@@ -41,12 +41,14 @@ RELEVANT = """ph = 'X' AND ts_ns IS NOT NULL AND dur_ns >= 0 AND dur_ns <= getva
   AND (cat IN ('cpu_op', 'cuda_runtime', 'cuda_driver', 'cuda_sync') OR is_device_event(cat))"""
 COUNT_QUERY = f"SELECT rank, count(*) AS events FROM trace_events WHERE {RELEVANT} GROUP BY rank"
 STEPS_QUERY = "SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, step"
-# The events of each rank's span to read (`critical_from_ns` and `critical_to_ns`, lists by rank).
+# The events of each rank's span to read (`critical_from_ns` and `critical_to_ns`, lists by rank);
+# the first test, on constants, lets the scan skip row groups outside every span.
 EVENTS_QUERY = f"""
 SELECT rank, cat, name, ts_ns, dur_ns, tid, stream, correlation, wait_on_stream, wait_on_correlation,
   is_device_event(cat) AS on_device
 FROM trace_events
-WHERE {RELEVANT} AND rank < len(getvariable('critical_from_ns'))
+WHERE ts_ns BETWEEN list_min(getvariable('critical_from_ns')) AND list_max(getvariable('critical_to_ns'))
+  AND {RELEVANT} AND rank < len(getvariable('critical_from_ns'))
   AND ts_ns BETWEEN getvariable('critical_from_ns')[rank + 1] AND getvariable('critical_to_ns')[rank + 1]
 ORDER BY rank, ts_ns, dur_ns DESC
 """
@@ -530,7 +532,7 @@ def spans(windows: dict[int, list[tuple[int, int, int]]]) -> dict[str, list[int]
     """The variables of EVENTS_QUERY: per rank, from its first chosen step's start to its last's end,
     and as long again after it (the kernels its last step launched run on after it ends)."""
     size = max(windows, default=-1) + 1
-    start, end = [0] * size, [-1] * size
+    start, end = [2**62] * size, [-1] * size  # ranks without a chosen step: no span
     for rank, rank_windows in windows.items():
         _, last_start, last_end = max(rank_windows, key=lambda w: w[2])
         start[rank] = min(w[1] for w in rank_windows)
