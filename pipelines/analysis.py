@@ -32,6 +32,7 @@ BUILD_ORDER = (
     "_device_events",
     "_activity",
     "_step_spans",
+    "stream_idle",
     "_backward_starts",
     "steps",
     "collectives",

@@ -82,6 +82,36 @@ def test_overlap_agrees_with_hta(shared_warehouse):
             assert ours == pytest.approx(expected["comp_comm_overlap_pctg"], abs=tolerance), (name, expected["rank"])
 
 
+def test_idle_time_breakdown_agrees_with_hta(shared_warehouse):
+    """HTA's idle time per stream by cause, over the steps HTA keeps: each cause's share of a
+    stream's idle time within 2 points, and the times themselves exact where the trace's clock is
+    in whole microseconds and HTA's clipping of the last step moves no gap (nccl_data's nanoseconds
+    HTA rounds; negative_queue has kernels launched in a kept step that start in the dropped one)."""
+    hta = json.loads((REFERENCE / "hta_0.6.1_outputs.json").read_text())
+    runs = {
+        "hta_ddp_nccl_meta_2024": "nccl_data",
+        "hta_sampled_2rank": "sampled_2rank",
+        "df_index_resolver": "df_index_resolver_rank1_of2",
+        "negative_queue_rank0_of16": "negative_queue_length_rank0_of16",
+        "trace_diff_control": "trace_diff_control_rank3_of8",
+    }
+    exact = {"hta_sampled_2rank", "df_index_resolver", "trace_diff_control"}
+    for name, run_id in runs.items():
+        steps = [int(s) for s in hta[name]["steps"]]
+        ours = {(rank, stream, category): (idle_ns, share) for rank, stream, category, idle_ns, share in query(
+            shared_warehouse,
+            "SELECT rank, stream, idle_category, sum(idle_ns), sum(idle_ns) / sum(sum(idle_ns)) OVER (PARTITION BY rank, stream) "
+            "FROM stream_idle WHERE run_id = getvariable('r') AND list_contains(getvariable('s'), step) "
+            "GROUP BY rank, stream, idle_category",
+            r=run_id, s=steps)}
+        for expected in hta[name]["idle"]:
+            idle_ns, share = ours.get((expected["rank"], expected["stream"], expected["idle_category"]), (0, 0.0))
+            if expected["idle_time_ratio"] == expected["idle_time_ratio"]:  # HTA's NaN: a stream without idle time
+                assert share == pytest.approx(expected["idle_time_ratio"], abs=0.02), (name, expected)
+            if name in exact:
+                assert idle_ns == expected["idle_time"] * 1000, (name, expected)
+
+
 def test_nccl_data_overlap_matches_hta_exactly_under_its_rounding(shared_warehouse):
     """14.31 % (HTA) is our 14.76 % once intervals are rounded to whole microseconds as HTA does."""
     exact = query(
