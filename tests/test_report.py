@@ -98,8 +98,8 @@ def test_the_report_in_a_browser_shows_every_chart_with_tooltips_and_no_errors(n
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with offline_page(nccl_report, errors) as page:
-        drawn = drawn_charts(page, 7)
-        assert len(drawn) == 7 and all(count > 0 for count in drawn), drawn
+        drawn = drawn_charts(page, 8)
+        assert len(drawn) == 8 and all(count > 0 for count in drawn), drawn
         page.locator("#chart-0 g.mark-rect path").first.hover()
         tooltip = page.wait_for_selector("#vg-tooltip-element.visible", timeout=10_000)
         assert "ms" in tooltip.inner_text() and "state" in tooltip.inner_text()
@@ -188,11 +188,11 @@ def test_report_loads_nothing_from_the_network(nccl_report):
 
 def test_report_renders_offline_in_a_browser(nccl_report, tmp_path):
     dom = browser_dom(nccl_report, tmp_path / "profile")
-    # Step breakdown, a typical step's timeline, exposure per parallel dimension, bandwidth by
-    # size, waiting versus transfer, the what-if heatmap, scaling across the job: each chart's
-    # element now holds an SVG Vega drew.
+    # Step breakdown, a typical step's timeline, exposure per parallel dimension, the critical
+    # path's parts, bandwidth by size, waiting versus transfer, the what-if heatmap, scaling across
+    # the job: each chart's element now holds an SVG Vega drew.
     charts = re.findall(r'id="chart-\d+"[^>]*>\s*<svg[^>]*class="marks"', dom)
-    assert len(charts) == len(re.findall(r"id='chart-\d+'", nccl_report.read_text())) == 7
+    assert len(charts) == len(re.findall(r"id='chart-\d+'", nccl_report.read_text())) == 8
     assert "Exposed communication takes" in dom and "Is the network the bottleneck?" in dom
     # The per-dimension section names the run's one data-parallel group.
     assert "Which parallel dimension waits?" in dom and re.search(r"<td>default_pg</td>\s*<td>dp</td>", dom)
@@ -209,7 +209,7 @@ def test_every_chart_is_valid_vega_lite(nccl_report):
     from altair.vegalite.v6.schema.core import load_schema
 
     specs = chart_specs(nccl_report)
-    assert len(specs) == 7
+    assert len(specs) == 8
     for spec in specs:
         validate_jsonschema(spec, load_schema())
         assert spec["datasets"] and all(spec["datasets"].values())

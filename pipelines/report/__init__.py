@@ -144,6 +144,7 @@ def render(queries: ReportQueries, run_id: str, verdicts: list[Verdict]) -> str:
             ),
         )
     page.add("Which parallel dimension waits?", _dimensions(queries, page))
+    page.add("What does each step wait for, chain by chain?", _critical_path(queries, page))
     page.add(
         "Per rank",
         table(
@@ -269,6 +270,20 @@ def _dimensions(queries: ReportQueries, page: Page) -> str:
         "(DeviceMesh, torchtitan, Megatron), else from what it does (docs/metrics.md)."
     ))
     return "".join(parts)
+
+
+def _critical_path(queries: ReportQueries, page: Page) -> str:
+    """Each step's critical path, by part: what the longest chain of dependencies through it held."""
+    steps = queries.rows("critical_path_steps")
+    if not steps:
+        return paragraph("No step has a critical path: the traces have no steps, or no events on them.")
+    chart = page.chart("critical_path_steps", {"critical_path_steps": steps}, bar_px=bar_px(len({row["step"] for row in steps})))
+    return chart + paragraph(
+        "The critical path of a step on a rank is the longest chain of dependencies its traces record: operators "
+        "in order on each thread, launches and kernels on their streams, the waits the trace's cuda_sync events "
+        "show, and, across ranks, each collective's wait for its last rank (step_critical_path, docs/metrics.md). "
+        "A large run has the path of one step per rank."
+    )
 
 
 # What each parallel dimension is, for readers who know it by another name.

@@ -84,6 +84,26 @@ def dimension_steps_chart() -> alt.Chart:
     )
 
 
+def critical_path_steps_chart() -> alt.Chart:
+    """Stacked bars: for each step, an average rank's milliseconds on its critical path, by part."""
+    return (
+        alt.Chart(_data("critical_path_steps"))
+        .mark_bar()
+        .encode(
+            x=alt.X("step:O", title="step"),
+            y=alt.Y("path_ms:Q", title="ms on the critical path (mean over ranks)", stack="zero"),
+            color=alt.Color("part:N", title="part"),
+            tooltip=[
+                alt.Tooltip("step:O"),
+                alt.Tooltip("part:N"),
+                alt.Tooltip("path_ms:Q", format=".3f", title="ms on the path"),
+                alt.Tooltip("ranks:Q", title="ranks"),
+            ],
+        )
+        .properties(width=alt.Step(STEP_PX), height=180, title="What each step's critical path is made of")
+    )
+
+
 def step_timeline_chart() -> alt.Chart:
     """A Gantt of one step on every rank: when compute ran and when communication was exposed.
 
@@ -366,6 +386,7 @@ CHARTS = {
     "step_breakdown": step_breakdown_chart,
     "rank_breakdown": rank_breakdown_chart,
     "dimension_steps": dimension_steps_chart,
+    "critical_path_steps": critical_path_steps_chart,
     "step_timeline": step_timeline_chart,
     "bandwidth_by_size": bandwidth_by_size_chart,
     "throughput": throughput_chart,
