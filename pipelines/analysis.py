@@ -43,6 +43,7 @@ BUILD_ORDER = (
     "rank_breakdown",
     "collective_sync",
     "step_critical_path",
+    "step_dependencies",
     "_fr_groups",
     "collective_bw",
     "step_sync",
@@ -119,9 +120,11 @@ class PythonStep:
 PYTHON_STEPS = {
     # Which group each gloo collective ran in (pipelines/gloo_groups.py), for `collectives`.
     gloo_groups.STEP: PythonStep("collectives", gloo_groups.QUERIES, (gloo_groups.TABLE,), _register_gloo_groups),
-    # The edges of every step's critical path (pipelines/critical_path.py), for `step_critical_path`.
+    # Every step's critical path and graph (pipelines/critical_path.py), for `step_critical_path`
+    # and `step_dependencies`.
     critical_path.STEP: PythonStep(
-        "step_critical_path", critical_path.QUERIES, (critical_path.TABLE,), _register_critical_path),
+        "step_critical_path", critical_path.QUERIES, (critical_path.TABLE, critical_path.GRAPH_TABLE),
+        _register_critical_path),
     # The run's what-if grid (its N and its line rate) and the replay over it, as the tables the
     # what-if SQL reads.
     "_whatif_grid_and_replay": PythonStep(

@@ -35,7 +35,8 @@ import pyarrow as pa
 from pipelines import sql
 
 STEP = "_critical_path_step"
-TABLE = "_critical_path_edges"
+TABLE = "_critical_path_edges"  # every step's path on each rank, edge by edge
+GRAPH_TABLE = "_critical_graph_edges"  # every step's graph: the dependencies its traces record
 
 RELEVANT = """ph = 'X' AND ts_ns IS NOT NULL AND dur_ns >= 0 AND dur_ns <= getvariable('max_dur_ns')
   AND (cat IN ('cpu_op', 'cuda_runtime', 'cuda_driver', 'cuda_sync') OR is_device_event(cat))"""
@@ -84,6 +85,13 @@ COLUMNS = {
     "rank": pa.int32(), "step": pa.int64(), "edge": pa.string(), "weight_ns": pa.int64(), "event_rank": pa.int32(),
     "collective_key": pa.string(), "event_cat": pa.string(), "event_name": pa.string(), "event_ts_ns": pa.int64(),
     "on_device": pa.bool_(),
+}
+
+
+GRAPH_COLUMNS = {
+    "step": pa.int64(), "from_rank": pa.int32(), "from_ns": pa.int64(), "from_node": pa.string(), "to_rank": pa.int32(),
+    "to_ns": pa.int64(), "to_node": pa.string(), "dependency": pa.string(), "weight_ns": pa.int64(),
+    "collective_key": pa.string(),
 }
 
 
@@ -540,10 +548,12 @@ def spans(windows: dict[int, list[tuple[int, int, int]]]) -> dict[str, list[int]
     return {"critical_from_ns": start, "critical_to_ns": end}
 
 
-def critical_paths(events: pa.Table, windows: dict[int, list[tuple[int, int, int]]], instances: pa.Table) -> pa.Table:
+def critical_paths(events: pa.Table, windows: dict[int, list[tuple[int, int, int]]], instances: pa.Table
+                   ) -> tuple[pa.Table, pa.Table]:
     """Each chosen step's critical path on each of its ranks, across ranks where collectives tie
-    them: one row per edge on it."""
+    them (one row per edge on it), and each step's whole graph (one row per dependency)."""
     rows: dict[str, list] = {name: [] for name in COLUMNS}
+    graph_rows: dict[str, list] = {name: [] for name in GRAPH_COLUMNS}
     ranks = events.column("rank").to_numpy(zero_copy_only=False)
     graphs = {}
     for rank in windows:
@@ -561,6 +571,7 @@ def critical_paths(events: pa.Table, windows: dict[int, list[tuple[int, int, int
         step_instances[step].append(Instance(**row))
     for step, step_windows in by_step.items():
         edges = step_graph(graphs, step_windows, step_instances.get(step, []))
+        _add_graph(graph_rows, step, edges, graphs, step_instances.get(step, []))
         for rank in step_windows:
             for edge in longest_path(edges, rank):
                 e = graphs[edge.rank].e if edge.rank >= 0 else None
@@ -575,17 +586,46 @@ def critical_paths(events: pa.Table, windows: dict[int, list[tuple[int, int, int
                 rows["event_name"].append(None if event is None else e.name[event])
                 rows["event_ts_ns"].append(None if event is None else int(e.ts[event]))
                 rows["on_device"].append(None if event is None else bool(e.on_device[event]))
-    return pa.table({name: pa.array(values, type=COLUMNS[name]) for name, values in rows.items()})
+    return (pa.table({name: pa.array(values, type=COLUMNS[name]) for name, values in rows.items()}),
+            pa.table({name: pa.array(values, type=GRAPH_COLUMNS[name]) for name, values in graph_rows.items()}))
+
+
+def _add_graph(rows: dict[str, list], step: int, edges: list[Edge], graphs: dict[int, RankGraph],
+               instances: list[Instance]) -> None:
+    """A step's dependencies as rows: each end by rank, time and what it is."""
+    by_node = {(x.key, x.rank): x for x in instances}
+    begins: dict[str, int] = defaultdict(int)
+    for x in instances:
+        begins[x.key] = max(begins[x.key], x.start_ns)
+
+    def described(node: Hashable) -> tuple[int | None, int, str]:
+        if len(node) == 2:
+            rank, own = node
+            return rank, graphs[rank].time(own), f"{graphs[rank].e.name[own // 2]} {'end' if own % 2 else 'start'}"
+        kind, key, rank = node
+        if kind == "begin":
+            return None, begins[key], f"{key}: last arrival"
+        x = by_node[(key, rank)]
+        at = {"start": x.start_ns, "begun": max(x.begin_ns, x.start_ns), "end": x.end_ns}[kind]
+        return rank, at, f"{key}: {'arrival' if kind == 'start' else 'begin' if kind == 'begun' else 'end'}"
+
+    for edge in edges:
+        (from_rank, from_ns, from_node), (to_rank, to_ns, to_node) = described(edge.source), described(edge.target)
+        for name, value in (("step", step), ("from_rank", from_rank), ("from_ns", from_ns), ("from_node", from_node),
+                            ("to_rank", to_rank), ("to_ns", to_ns), ("to_node", to_node), ("dependency", edge.kind),
+                            ("weight_ns", edge.weight), ("collective_key", edge.key)):
+            rows[name].append(value)
 
 
 def register(con) -> None:
-    """Build TABLE in the session: the edges of the chosen steps' critical paths."""
+    """Build TABLE and GRAPH_TABLE in the session: the chosen steps' critical paths and graphs."""
     events = dict(con.execute(COUNT_QUERY).fetchall())
     windows = chosen_windows(con.sql(STEPS_QUERY).to_arrow_table(), events)
     sql.set_variables(con, **spans(windows))
-    found = critical_paths(con.sql(EVENTS_QUERY).to_arrow_table(), windows, con.sql(INSTANCES_QUERY).to_arrow_table())
-    con.register("_critical_found", found)
-    try:
-        con.execute(f'CREATE OR REPLACE TABLE "{TABLE}" AS SELECT * FROM _critical_found').fetchall()
-    finally:
-        con.unregister("_critical_found")
+    paths, graph = critical_paths(con.sql(EVENTS_QUERY).to_arrow_table(), windows, con.sql(INSTANCES_QUERY).to_arrow_table())
+    for table, found in ((TABLE, paths), (GRAPH_TABLE, graph)):
+        con.register("_critical_found", found)
+        try:
+            con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM _critical_found').fetchall()
+        finally:
+            con.unregister("_critical_found")

@@ -73,6 +73,7 @@ ANALYSIS_TABLES = (
     "rank_breakdown",
     "collective_sync",
     "step_critical_path",
+    "step_dependencies",
     "stream_idle",
     "collective_bw",
     "step_sync",

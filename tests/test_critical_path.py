@@ -64,6 +64,17 @@ def test_a_device_trace_without_sync_events_still_has_a_path(store):
     assert all(0 < row["ns"] <= step["step_ns"] for row, step in zip(rows, steps))
 
 
+def test_the_graph_holds_the_waits_the_trace_records(store):
+    """cuda_event_sync's step: the event synchronisation and query wait for the spin kernel
+    launched before the recorded event, the stream synchronisation for the copy before it."""
+    waits = {(row["from_node"], row["to_node"]) for row in table_rows(
+        store, "SELECT from_node, to_node FROM step_dependencies "
+               "WHERE run_id = 'cuda_event_sync' AND step = 100 AND dependency = 'dependency' AND weight_ns = 0")}
+    spin = "at::cuda::(anonymous namespace)::spin_kernel(long) end"
+    assert {(spin, "cudaEventSynchronize end"), (spin, "cudaEventQuery end"), (spin, "cudaDeviceSynchronize end"),
+            ("Memcpy DtoH (Device -> Pageable) end", "cudaStreamSynchronize end")} <= waits
+
+
 @pytest.mark.parametrize("name", ["simple_add", "cuda_event_sync_multi_stream"])
 def test_a_whole_trace_agrees_with_hta(store, name):
     """HTA's reference for these is the whole trace (they have no ProfilerStep): the same graph

@@ -1,0 +1,40 @@
+-- step_dependencies: every dependency the traces record within a step, the graph its critical path runs through.
+--
+-- What `pipelines/critical_path.py` builds for each step (see `step_critical_path`), an edge a
+-- row: from one point in time on a rank (an event's start or end, or a collective's arrival,
+-- begin or end) to a later one that could not come before it. `dependency` says why:
+--   'operator'           along a CPU thread's operators, or a device event's own span;
+--   'between operators'  a CPU timeline's training loop between top-level operators;
+--   'launch'             a launch to its kernel, on a stream that was empty and idle;
+--   'kernel gap'         a kernel to the next on its stream;
+--   'dependency'         a wait the trace records, taking no time of its own: a blocking call
+--                        ending after the kernel it waited for (`cuda_sync`), a stream waiting
+--                        for another's recorded event, a top-level operator after the one before
+--                        (a device timeline), a thread resuming after the gloo collective it
+--                        waited for, a collective's last arrival leading to its begin on each rank;
+--   'issue'              a gloo collective's call, or its rank's collective before it, to its start;
+--   'waiting'            a rank's arrival at a collective to its begin (the last rank's arrival);
+--   'transfer'           a collective's begin to its end on a rank.
+-- `weight_ns` is the time the edge adds to a path through it (0 for a recorded wait, and for a
+-- thread's gap that a collective's end closed). A large run has the graph of the steps whose
+-- critical paths it has (see step_critical_path).
+--
+-- Grain: one row per run, step and dependency.
+--
+-- Columns:
+--   run_id VARCHAR  The run.
+--   step BIGINT  Step number.
+--   from_rank INTEGER  The rank of the point the dependency starts at; NULL for a collective's last
+--       arrival, which all its ranks share.
+--   from_ns BIGINT  When, ns since the Unix epoch.
+--   from_node VARCHAR  What: an event's name and 'start' or 'end', or a collective and 'arrival',
+--       'begin', 'end' or 'last arrival'.
+--   to_rank INTEGER  The rank of the point that depends on it.
+--   to_ns BIGINT  When.
+--   to_node VARCHAR  What.
+--   dependency VARCHAR  Why, as above.
+--   weight_ns BIGINT  The time the dependency adds to a path through it.
+--   collective_key VARCHAR  The collective of a wait or transfer (see collective_sync).
+SELECT getvariable('run_id') AS run_id, *
+FROM _critical_graph_edges
+ORDER BY step, from_ns, to_ns
