@@ -170,6 +170,7 @@ class RankGraph:
                 if events.name[r] in LAUNCH_CALLS:
                     launches.append((r, k))
         self._issuers: tuple[np.ndarray, list[int]] | None = None
+        self._device_at: dict[tuple[int, str], int] | None = None
         # A rank without device events runs on its CPU threads alone: their time between top-level
         # operators is the training loop's own (Python), where on a device timeline it is the CPU's
         # idle time, on no path (HTA's rule).
@@ -312,6 +313,12 @@ class RankGraph:
         i = node // 2
         return int(self.e.ts[i]) if node % 2 == 0 else self.e.end(i)
 
+    def device_event(self, start_ns: int, name: str) -> int | None:
+        """The device event of this name that started then (a collective's kernel)."""
+        if self._device_at is None:
+            self._device_at = {(int(self.e.ts[i]), self.e.name[i]): i for i in np.flatnonzero(self.e.on_device).tolist()}
+        return self._device_at.get((start_ns, name))
+
     def issuer(self, at_ns: int) -> int | None:
         """The latest `c10d::` operator to start at or before a time: the call that issued a
         collective that a worker thread ran."""
@@ -432,20 +439,19 @@ def step_graph(graphs: dict[int, RankGraph], windows: dict[int, tuple[int, int]]
     instance waits from its start until the collective begins, when the last rank arrives (the
     `waiting` edge), and transfers from then to its end (`transfer`); the last rank's arrival also
     leads to every rank's begin, so a rank that waited for it has the late rank's chain before its
-    transfer where that chain was the longer. On a CPU timeline (gloo) an instance runs on a worker thread: it follows the call
-    that issued it (the rank's latest `c10d::` operator to start before it), and a thread that was
-    between operators when it ended was waiting for it (`sql/_activity.sql` reads such waits so):
-    the thread's next operator follows the instance's end, and the gap weighs nothing itself."""
+    transfer where that chain was the longer. On a CPU timeline (gloo) an instance runs on a
+    worker thread: it follows its call or the rank's collective before it (`_issue_edges`), and a
+    thread that was between operators when it ended was waiting for it (`sql/_activity.sql` reads
+    such waits so): the thread's next operator follows the instance's end, and the gap weighs
+    nothing itself."""
     edges: list[Edge] = []
-    kernel_at: dict[tuple[int, int, str], int] = {}
     for rank, (start, end) in windows.items():
-        graph = graphs[rank]
-        own = [Edge((rank, e.source), (rank, e.target), e.kind, e.weight, e.event, rank) for e in graph.window(start, end)]
-        edges += own
-        for i in range(len(graph.e.ts)):
-            if graph.e.on_device[i]:
-                kernel_at[(rank, int(graph.e.ts[i]), graph.e.name[i])] = i
+        edges += [Edge((rank, e.source), (rank, e.target), e.kind, e.weight, e.event, rank)
+                  for e in graphs[rank].window(start, end)]
     instances = [x for x in instances if x.rank in windows]
+    kernel_at = {(x.rank, x.start_ns, x.kernel): graphs[x.rank].device_event(x.start_ns, x.kernel)
+                 for x in instances if x.on_device}
+    kernel_at = {at: i for at, i in kernel_at.items() if i is not None}
     kernels = {(x.rank, kernel_at[(x.rank, x.start_ns, x.kernel)]) for x in instances
                if x.on_device and (x.rank, x.start_ns, x.kernel) in kernel_at}
     edges = [e for e in edges if not (e.kind == OPERATOR and (e.rank, e.event) in kernels and e.source == (e.rank, 2 * e.event))]
