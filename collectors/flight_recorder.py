@@ -257,7 +257,7 @@ class Recorder:
             self._ending_handled.set()
             if watched:
                 self._ending_dumped.wait(DUMP_WAIT_S)
-        if not watched:
+        if not watched and not (signum in CONTINUING and self._ending_handled.is_set()):
             self.dump(signal.Signals(signum).name)
         previous = self._previous.get(signum, signal.SIG_DFL)
         if callable(previous):
@@ -289,7 +289,9 @@ class Recorder:
                     self.dump(signal.Signals(signum).name)
                     self._ending_dumped.set()
                     self._end_if_main_thread_is_stuck()
-                elif signum in CONTINUING:
+                elif signum in CONTINUING and not self._ending_dumped.is_set():
+                    # Once SIGTERM has dumped, the process is ending: a SIGINT its launcher passes
+                    # on after it (torch.multiprocessing's spawn does) would replace that dump.
                     self.dump(signal.Signals(signum).name)
 
     def _end_if_main_thread_is_stuck(self) -> None:
