@@ -290,8 +290,9 @@ class Recorder:
                     self._ending_dumped.set()
                     self._end_if_main_thread_is_stuck()
                 elif signum in CONTINUING and not self._ending_dumped.is_set():
-                    # Once SIGTERM has dumped, the process is ending: a SIGINT its launcher passes
-                    # on after it (torch.multiprocessing's spawn does) would replace that dump.
+                    # Once SIGTERM has dumped, the process is ending: a SIGINT after it (what
+                    # torch.multiprocessing's spawn children get when their parent dies) would
+                    # replace that dump.
                     self.dump(signal.Signals(signum).name)
 
     def _end_if_main_thread_is_stuck(self) -> None:
