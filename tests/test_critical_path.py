@@ -214,3 +214,16 @@ def test_a_rank_waits_for_a_late_rank_through_its_chain():
                     if edge.weight] for rank in (0, 1)}
     assert paths[0] == [("operator", 1, 30), ("issue", 1, 1), ("transfer", 0, 40), ("operator", 0, 10)]
     assert paths[1] == [("operator", 1, 30), ("issue", 1, 1), ("transfer", 1, 40), ("operator", 1, 10)]
+
+
+def test_times_stay_exact_to_the_nanosecond():
+    """Nanoseconds since the epoch are past a double's precision: a collective's kernel is found by
+    its exact start."""
+    start_ns = 1_716_423_322_416_788_067
+    table = pa.table({"cat": ["kernel"], "name": ["k"], "ts_ns": pa.array([start_ns], pa.int64()), "dur_ns": [5],
+                      "tid": ["7"], "stream": pa.array([7], pa.int64()), "correlation": pa.array([None], pa.int64()),
+                      "wait_on_stream": pa.array([None], pa.int64()), "wait_on_correlation": pa.array([None], pa.int64()),
+                      "on_device": [True]})
+    graph = critical_path.RankGraph(critical_path.Events.of(table))
+    assert int(graph.e.ts[0]) == start_ns and int(graph.e.correlation[0]) == -1
+    assert graph.device_event(start_ns, "k") == 0
