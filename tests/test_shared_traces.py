@@ -57,17 +57,20 @@ def test_step_identity_holds_on_every_row(shared_warehouse):
     assert all(span == total for span, total in spans)
 
 
+# The traces HTA's reference outputs cover (by their name there), and their runs here.
+HTA_RUNS = {
+    "hta_ddp_nccl_meta_2024": "nccl_data",
+    "hta_sampled_2rank": "sampled_2rank",
+    "df_index_resolver": "df_index_resolver_rank1_of2",
+    "negative_queue_rank0_of16": "negative_queue_length_rank0_of16",
+    "trace_diff_control": "trace_diff_control_rank3_of8",
+}
+
+
 def test_overlap_agrees_with_hta(shared_warehouse):
     """HTA's comm/comp overlap, over the steps HTA keeps (it drops the last one)."""
     hta = json.loads((REFERENCE / "hta_0.6.1_outputs.json").read_text())
-    runs = {
-        "hta_ddp_nccl_meta_2024": "nccl_data",
-        "hta_sampled_2rank": "sampled_2rank",
-        "df_index_resolver": "df_index_resolver_rank1_of2",
-        "negative_queue_rank0_of16": "negative_queue_length_rank0_of16",
-        "trace_diff_control": "trace_diff_control_rank3_of8",
-    }
-    for name, run_id in runs.items():
+    for name, run_id in HTA_RUNS.items():
         steps = [int(s) for s in hta[name]["steps"]]
         for expected in hta[name]["comm_comp_overlap"]:
             ours = query(
@@ -88,15 +91,8 @@ def test_idle_time_breakdown_agrees_with_hta(shared_warehouse):
     in whole microseconds and HTA's clipping of the last step moves no gap (nccl_data's nanoseconds
     HTA rounds; negative_queue has kernels launched in a kept step that start in the dropped one)."""
     hta = json.loads((REFERENCE / "hta_0.6.1_outputs.json").read_text())
-    runs = {
-        "hta_ddp_nccl_meta_2024": "nccl_data",
-        "hta_sampled_2rank": "sampled_2rank",
-        "df_index_resolver": "df_index_resolver_rank1_of2",
-        "negative_queue_rank0_of16": "negative_queue_length_rank0_of16",
-        "trace_diff_control": "trace_diff_control_rank3_of8",
-    }
     exact = {"hta_sampled_2rank", "df_index_resolver", "trace_diff_control"}
-    for name, run_id in runs.items():
+    for name, run_id in HTA_RUNS.items():
         steps = [int(s) for s in hta[name]["steps"]]
         ours = {(rank, stream, category): (idle_ns, share) for rank, stream, category, idle_ns, share in query(
             shared_warehouse,
