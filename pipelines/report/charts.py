@@ -65,43 +65,33 @@ def rank_breakdown_chart() -> alt.Chart:
     return bars.properties(width=640, height=alt.Step(10), title="Where the steps' time went, per rank")
 
 
-def dimension_steps_chart() -> alt.Chart:
-    """Stacked bars: for each step, an average rank's exposed milliseconds per parallel dimension."""
+def _stacked_per_step(data: str, value: str, value_title: str, value_tip: str, part: str, part_title: str, title: str,
+                      *more: alt.Tooltip) -> alt.Chart:
+    """Stacked bars, one per step: an average rank's milliseconds (`value`) in each `part`."""
     return (
-        alt.Chart(_data("dimension_steps"))
+        alt.Chart(_data(data))
         .mark_bar()
         .encode(
             x=alt.X("step:O", title="step"),
-            y=alt.Y("exposed_ms:Q", title="exposed ms (mean over ranks)", stack="zero"),
-            color=alt.Color("dimension:N", title="dimension (link)"),
-            tooltip=[
-                alt.Tooltip("step:O"),
-                alt.Tooltip("dimension:N"),
-                alt.Tooltip("exposed_ms:Q", format=".3f", title="exposed ms"),
-            ],
+            y=alt.Y(f"{value}:Q", title=value_title, stack="zero"),
+            color=alt.Color(f"{part}:N", title=part_title),
+            tooltip=[alt.Tooltip("step:O"), alt.Tooltip(f"{part}:N"), alt.Tooltip(f"{value}:Q", format=".3f", title=value_tip),
+                     *more],
         )
-        .properties(width=alt.Step(STEP_PX), height=180, title="Which parallel dimension's communication each step waited for")
+        .properties(width=alt.Step(STEP_PX), height=180, title=title)
     )
+
+
+def dimension_steps_chart() -> alt.Chart:
+    """For each step, an average rank's exposed milliseconds per parallel dimension."""
+    return _stacked_per_step("dimension_steps", "exposed_ms", "exposed ms (mean over ranks)", "exposed ms", "dimension",
+                             "dimension (link)", "Which parallel dimension's communication each step waited for")
 
 
 def critical_path_steps_chart() -> alt.Chart:
-    """Stacked bars: for each step, an average rank's milliseconds on its critical path, by part."""
-    return (
-        alt.Chart(_data("critical_path_steps"))
-        .mark_bar()
-        .encode(
-            x=alt.X("step:O", title="step"),
-            y=alt.Y("path_ms:Q", title="ms on the critical path (mean over ranks)", stack="zero"),
-            color=alt.Color("part:N", title="part"),
-            tooltip=[
-                alt.Tooltip("step:O"),
-                alt.Tooltip("part:N"),
-                alt.Tooltip("path_ms:Q", format=".3f", title="ms on the path"),
-                alt.Tooltip("ranks:Q", title="ranks"),
-            ],
-        )
-        .properties(width=alt.Step(STEP_PX), height=180, title="What each step's critical path is made of")
-    )
+    """For each step, an average rank's milliseconds on its critical path, by part."""
+    return _stacked_per_step("critical_path_steps", "path_ms", "ms on the critical path (mean over ranks)", "ms on the path",
+                             "part", "part", "What each step's critical path is made of", alt.Tooltip("ranks:Q", title="ranks"))
 
 
 def step_timeline_chart() -> alt.Chart:
