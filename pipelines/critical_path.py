@@ -26,7 +26,7 @@ ending on a rank is its critical path for the step; each of its edges is attribu
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -69,6 +69,10 @@ QUERIES = (COUNT_QUERY, STEPS_QUERY, EVENTS_QUERY, INSTANCES_QUERY)
 # graph is walked in Python, at about 25 us an event on the machine the tests run on (5 s for this
 # many).
 MAX_EVENTS_ALL_STEPS = 200_000
+
+# A chain's length, its time on the rank and its edges, packed into one integer (`longest_paths`):
+# edges below 2**32, time on the rank below 2**64 ns.
+_OWN_SHIFT, _LENGTH_SHIFT = 32, 96
 
 NODE_CATEGORIES = ("cpu_op", "cuda_runtime", "cuda_driver")
 BLOCKING_CALLS = frozenset({
@@ -376,41 +380,60 @@ class RankGraph:
         return [Edge(2 * k + 1, 2 * call + 1, DEPENDENCY, 0, -1) for k in waited if k is not None and k in members]
 
 
-def longest_path(edges: list[Edge], rank: int | None = None) -> list[Edge]:
-    """The heaviest chain of edges (the graph has no cycle: every edge runs forward in time, or
-    ties), ending on `rank`'s nodes where given. Of chains as heavy, the one with most of its time
-    on `rank` itself (waits for another rank are on it only where that rank's chain was longer),
-    then the one of most edges (a wait's zero edge to its end). Kahn's order, then the best
-    predecessor of each node."""
-    successors: dict[Hashable, list[Edge]] = defaultdict(list)
-    indegree: dict[Hashable, int] = defaultdict(int)
-    nodes: set[Hashable] = set()
-    for edge in edges:
-        successors[edge.source].append(edge)
-        indegree[edge.target] += 1
-        nodes.update((edge.source, edge.target))
-    ready = [n for n in nodes if indegree[n] == 0]
-    best: dict[Hashable, tuple[int, int, int, Edge | None]] = {n: (0, 0, 0, None) for n in ready}
+def longest_paths(edges: list[Edge], ranks: Iterable[int | None]) -> dict[int | None, list[Edge]]:
+    """For each of `ranks`, the heaviest chain of edges ending on its nodes (None: anywhere; the
+    graph has no cycle: every edge runs forward in time, or ties). Of chains as heavy, the one with
+    most of its time on the rank itself (waits for another rank are on it only where that rank's
+    chain was longer), then the one of most edges (a wait's zero edge to its end).
+
+    The graph's order (Kahn's) is found once for all ranks; each rank then takes each node's best
+    predecessor in one pass over the edges, its three criteria packed into one integer (length,
+    then time on the rank, then edges, in fields that cannot carry into each other), which a
+    step of a few hundred thousand edges on eight ranks needs to stay within seconds."""
+    ids: dict[Hashable, int] = {}
+    source = [ids.setdefault(edge.source, len(ids)) for edge in edges]
+    target = [ids.setdefault(edge.target, len(ids)) for edge in edges]
+    leaving: list[list[int]] = [[] for _ in ids]
+    indegree = [0] * len(ids)
+    for index, (s, t) in enumerate(zip(source, target)):
+        leaving[s].append(index)
+        indegree[t] += 1
+    roots = [node for node, count in enumerate(indegree) if count == 0]
+    ready, order = list(roots), []
     while ready:
-        node = ready.pop()
-        length, own, count, _ = best[node]
-        for edge in successors[node]:
-            candidate = (length + edge.weight, own + (edge.weight if edge.rank == rank else 0), count + 1)
-            if edge.target not in best or candidate > best[edge.target][:3]:
-                best[edge.target] = (*candidate, edge)
-            indegree[edge.target] -= 1
-            if indegree[edge.target] == 0:
-                ready.append(edge.target)
-    ends = [n for n in best if rank is None or node_rank(n) == rank]
-    if not ends:
-        return []
-    node = max(ends, key=lambda n: best[n][:3])
-    path: list[Edge] = []
-    while best[node][3] is not None:
-        edge = best[node][3]
-        path.append(edge)
-        node = edge.source
-    return path[::-1]
+        for index in leaving[ready.pop()]:
+            order.append(index)
+            indegree[target[index]] -= 1
+            if indegree[target[index]] == 0:
+                ready.append(target[index])
+    weights = [max(edge.weight, 0) for edge in edges]
+    step = [(weight << _LENGTH_SHIFT) + 1 for weight in weights]
+    node_ranks = [node_rank(node) for node in ids]
+    paths = {}
+    for rank in ranks:
+        adds = [add + (weight << _OWN_SHIFT) if edge.rank == rank else add for add, weight, edge in zip(step, weights, edges)]
+        best, via = [-1] * len(ids), [-1] * len(ids)
+        for node in roots:
+            best[node] = 0
+        for index in order:
+            candidate = best[source[index]] + adds[index]
+            if candidate > best[target[index]]:
+                best[target[index]] = candidate
+                via[target[index]] = index
+        ends = [node for node in range(len(ids)) if rank is None or node_ranks[node] == rank]
+        path: list[Edge] = []
+        if ends:
+            node = max(ends, key=best.__getitem__)
+            while via[node] >= 0:
+                path.append(edges[via[node]])
+                node = source[via[node]]
+        paths[rank] = path[::-1]
+    return paths
+
+
+def longest_path(edges: list[Edge], rank: int | None = None) -> list[Edge]:
+    """The heaviest chain of edges ending on `rank`'s nodes (see `longest_paths`)."""
+    return longest_paths(edges, [rank])[rank]
 
 
 def node_rank(node: Hashable) -> int | None:
@@ -579,8 +602,8 @@ def critical_paths(events: pa.Table, windows: dict[int, list[tuple[int, int, int
     for step, step_windows in by_step.items():
         edges = step_graph(graphs, step_windows, step_instances.get(step, []))
         _add_graph(graph_rows, step, edges, graphs, step_instances.get(step, []))
-        for rank in step_windows:
-            for edge in longest_path(edges, rank):
+        for rank, path in longest_paths(edges, step_windows).items():
+            for edge in path:
                 e = graphs[edge.rank].e if edge.rank >= 0 else None
                 event = edge.event if edge.event >= 0 and e is not None else None
                 rows["rank"].append(rank)
