@@ -19,7 +19,7 @@ from typing import Any
 
 import duckdb
 
-from pipelines import critical_path, gloo_groups, replay, sql, whatif
+from pipelines import critical_path, gloo_groups, replay, sql, sweep, whatif
 from pipelines.cache import kept
 from pipelines.settings import Settings
 from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, create_version_view, version_variables
@@ -132,6 +132,23 @@ PYTHON_STEPS = {
 }
 
 
+@dataclass(frozen=True)
+class PythonStream:
+    """Rows a published table's SQL reads as relation `name`, computed in Python by `make` on the
+    connection that builds the table, just before it: they stream from Python into the table's
+    file without ever being held whole. `queries` are what `make` reads."""
+
+    name: str
+    queries: tuple[str, ...]
+    make: Callable[[duckdb.DuckDBPyConnection], Any]
+
+
+PYTHON_STREAMS = {
+    # Each rank's timeline cut into stretches of one state (pipelines/sweep.py).
+    "step_timeline": PythonStream(sweep.STREAM, sweep.QUERIES, sweep.stretches),
+}
+
+
 def steps() -> tuple[str, ...]:
     """Every table of BUILD_ORDER, and each Python step just before the table it precedes."""
     order: list[str] = []
@@ -151,8 +168,9 @@ def _reads(order: tuple[str, ...] | None = None) -> dict[str, set[str]]:
     order = order or steps()
     queries = {name: sql.table(name).query for name in order if name not in PYTHON_STEPS}
     python = {name: [step.queries, step.tables] for name, step in PYTHON_STEPS.items()}
+    streams = {name: stream.queries for name, stream in PYTHON_STREAMS.items()}
     digest = hashlib.sha256(
-        json.dumps([duckdb.__version__, PARSE_TABLES, order, queries, python]).encode()
+        json.dumps([duckdb.__version__, PARSE_TABLES, order, queries, python, streams]).encode()
     ).hexdigest()[:20]
     reads = json.loads(kept(f"reads-{digest}.json", lambda: json.dumps(_parsed_reads(order, queries))))
     return {name: set(tables) for name, tables in reads.items()}
@@ -167,6 +185,8 @@ def _parsed_reads(order: tuple[str, ...], queries: dict[str, str]) -> dict[str, 
                 named = set().union(*(sql.relations(con, query) for query in PYTHON_STEPS[name].queries))
             else:
                 named = sql.relations(con, queries[name])
+            if name in PYTHON_STREAMS:
+                named |= set().union(*(sql.relations(con, query) for query in PYTHON_STREAMS[name].queries))
             named |= {step for step, python in PYTHON_STEPS.items() if named & set(python.tables)}
             reads[name] = sorted(named & set(PARSE_TABLES + order[:position]))
     finally:
@@ -241,6 +261,13 @@ def analyze_run(
             if name in PYTHON_STEPS:
                 shared.set_variables(**PYTHON_STEPS[name].build(con, settings))
                 return None
+            if name in PYTHON_STREAMS:
+                stream = PYTHON_STREAMS[name]
+                con.register(stream.name, stream.make(con))
+                try:
+                    return _publish(con, name, warehouse.table_dir(version, name))
+                finally:
+                    con.unregister(stream.name)
             if name in ANALYSIS_TABLES:
                 return _publish(con, name, warehouse.table_dir(version, name))
             return sql.materialize(con, name, temporary=False)

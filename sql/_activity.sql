@@ -29,8 +29,9 @@
 --
 -- Columns:
 --   rank INTEGER  Global rank.
---   timeline VARCHAR  'device' or 'cpu': which timeline the rank is measured on.
---   class VARCHAR  'compute', 'comm' or 'other'.
+--   timeline ENUM('device', 'cpu')  Which timeline the rank is measured on.
+--   class ENUM('compute', 'comm', 'other')  What kept it busy. Enumerations, not strings: this table
+--       holds every interval of the run, and strings nearly doubled its memory.
 --   start_ns BIGINT  Start of the interval, ns since the Unix epoch.
 --   end_ns BIGINT  End of the interval, ns since the Unix epoch.
 WITH device_ranks AS (

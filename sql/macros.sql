@@ -33,24 +33,6 @@ CREATE OR REPLACE MACRO comm_kernel_match(name) AS
       lambda captured: captured <> ''),
     true)];
 
--- How many compute, communication and other intervals are running, packed into one BIGINT so
--- that one running sum counts all three: compute in the low 20 bits, communication in the next
--- 20, other above (no rank runs a million intervals of one class at once). `activity_change`
--- is what an interval of a class adds at its start (and takes away at its end).
-CREATE OR REPLACE MACRO activity_change(class) AS
-  CASE class WHEN 'compute' THEN 1 WHEN 'comm' THEN 1048576 ELSE 1099511627776 END;
-
--- The state of a timeline given its packed counts: communication under compute is overlapped,
--- communication alone is exposed, copies and fills alone are other, nothing at all is idle.
-CREATE OR REPLACE MACRO activity_state(active) AS
-  CASE
-    WHEN active % 1048576 > 0 AND active // 1048576 % 1048576 > 0 THEN 'overlapped_comm'
-    WHEN active % 1048576 > 0 THEN 'compute'
-    WHEN active // 1048576 % 1048576 > 0 THEN 'exposed_comm'
-    WHEN active >= 1099511627776 THEN 'other'
-    ELSE 'idle'
-  END;
-
 -- The buckets, `bucket_ns` wide, that the span [start_ns, end_ns) touches: how an instant finds
 -- its step by hash join rather than ASOF join (see `_step_spans`).
 CREATE OR REPLACE MACRO span_buckets(start_ns, end_ns, bucket_ns) AS
