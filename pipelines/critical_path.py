@@ -96,7 +96,7 @@ COLUMNS = {
 GRAPH_COLUMNS = {
     "step": pa.int64(), "from_rank": pa.int32(), "from_ns": pa.int64(), "from_node": pa.string(), "to_rank": pa.int32(),
     "to_ns": pa.int64(), "to_node": pa.string(), "dependency": pa.string(), "weight_ns": pa.int64(),
-    "collective_key": pa.string(),
+    "collective_key": pa.string(), "critical_path_position": pa.int32(),
 }
 
 
@@ -601,8 +601,12 @@ def critical_paths(events: pa.Table, windows: dict[int, list[tuple[int, int, int
         step_instances[step].append(Instance(**row))
     for step, step_windows in by_step.items():
         edges = step_graph(graphs, step_windows, step_instances.get(step, []))
-        _add_graph(graph_rows, step, edges, graphs, step_instances.get(step, []))
-        for rank, path in longest_paths(edges, step_windows).items():
+        paths = longest_paths(edges, step_windows)
+        # The step's own critical path: its ranks' longest (the lowest rank of those as long).
+        longest = max(sorted(paths), key=lambda rank: sum(edge.weight for edge in paths[rank]))
+        positions = {id(edge): position for position, edge in enumerate(paths[longest], 1)}
+        _add_graph(graph_rows, step, edges, graphs, step_instances.get(step, []), positions)
+        for rank, path in paths.items():
             for edge in path:
                 e = graphs[edge.rank].e if edge.rank >= 0 else None
                 event = edge.event if edge.event >= 0 and e is not None else None
@@ -621,8 +625,9 @@ def critical_paths(events: pa.Table, windows: dict[int, list[tuple[int, int, int
 
 
 def _add_graph(rows: dict[str, list], step: int, edges: list[Edge], graphs: dict[int, RankGraph],
-               instances: list[Instance]) -> None:
-    """A step's dependencies as rows: each end by rank, time and what it is."""
+               instances: list[Instance], positions: dict[int, int]) -> None:
+    """A step's dependencies as rows: each end by rank, time and what it is, and the place on the
+    step's critical path of those on it (`positions`, by the edge's id)."""
     by_node = {(x.key, x.rank): x for x in instances}
     begins: dict[str, int] = defaultdict(int)
     for x in instances:
@@ -643,7 +648,8 @@ def _add_graph(rows: dict[str, list], step: int, edges: list[Edge], graphs: dict
         (from_rank, from_ns, from_node), (to_rank, to_ns, to_node) = described(edge.source), described(edge.target)
         for name, value in (("step", step), ("from_rank", from_rank), ("from_ns", from_ns), ("from_node", from_node),
                             ("to_rank", to_rank), ("to_ns", to_ns), ("to_node", to_node), ("dependency", edge.kind),
-                            ("weight_ns", edge.weight), ("collective_key", edge.key)):
+                            ("weight_ns", edge.weight), ("collective_key", edge.key),
+                            ("critical_path_position", positions.get(id(edge)))):
             rows[name].append(value)
 
 

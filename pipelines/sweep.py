@@ -53,6 +53,7 @@ QUERIES = (COUNTS_QUERY, ACTIVITY_QUERY, WINDOWS_QUERY)
 # time, however large the run, in a few scans of `_activity`, however many its ranks.
 CHUNK_INTERVALS = 1_000_000
 BATCH_ROWS = 122_880
+PIECE_INTERVALS = 250_000
 
 STATES = ("idle", "compute", "overlapped_comm", "exposed_comm", "other")
 SCHEMA = pa.schema({"rank": pa.int32(), "step": pa.int64(), "state": pa.dictionary(pa.int8(), pa.string()),
@@ -89,27 +90,75 @@ def _batches(reader: duckdb.DuckDBPyConnection, chunks: list[tuple[int, int]], w
             for rank, begin, end in zip(ranks, firsts, [*firsts[1:], len(by_rank)]):
                 rows = by_rank[begin:end]
                 mine = windows["rank"] == rank
-                found = rank_stretches(int(rank), activity["class"][rows], activity["start_ns"][rows],
-                                       activity["end_ns"][rows], windows["step"][mine], windows["window_start_ns"][mine],
-                                       windows["window_end_ns"][mine])
-                yield from found.to_batches(max_chunksize=BATCH_ROWS)
+                for piece in rank_pieces(int(rank), activity["class"][rows], activity["start_ns"][rows],
+                                         activity["end_ns"][rows], windows["step"][mine],
+                                         windows["window_start_ns"][mine], windows["window_end_ns"][mine]):
+                    yield from piece.to_batches(max_chunksize=BATCH_ROWS)
             del activity, by_rank
     finally:
         reader.close()
 
 
+def rank_pieces(rank: int, classes: np.ndarray, starts: np.ndarray, ends: np.ndarray, steps: np.ndarray,
+                window_starts: np.ndarray, window_ends: np.ndarray, size: int = PIECE_INTERVALS) -> Iterator[pa.Table]:
+    """One rank's stretches (see `rank_stretches`), swept in pieces of about `size` intervals
+    each, so that a rank of millions of intervals needs arrays of a few tens of megabytes at a
+    time. A piece starts where a step window starts and no earlier window is still open: a
+    stretch starts there anyway, and no stretch after it belongs to an earlier window. Each
+    piece's intervals are clipped to it, and its end is a cut: the stretches are those of one
+    sweep of the whole rank."""
+    cuts = _cuts(starts, window_starts, window_ends, size)
+    if not cuts:
+        yield rank_stretches(rank, classes, starts, ends, steps, window_starts, window_ends)
+        return
+    by_start = np.argsort(starts, kind="stable")
+    sorted_starts = starts[by_start]
+    longest = int((ends - starts).max())
+    bounds = [None, *cuts, None]
+    for begin, end in zip(bounds, bounds[1:]):
+        low = 0 if begin is None else int(np.searchsorted(sorted_starts, begin - longest))
+        high = len(starts) if end is None else int(np.searchsorted(sorted_starts, end))
+        rows = by_start[low:high]
+        if begin is not None:
+            rows = rows[ends[rows] > begin]
+        first = 0 if begin is None else int(np.searchsorted(window_starts, begin))  # the piece's windows
+        last = len(window_starts) if end is None else int(np.searchsorted(window_starts, end))
+        yield rank_stretches(rank, classes[rows],
+                             starts[rows] if begin is None else np.maximum(starts[rows], begin),
+                             ends[rows] if end is None else np.minimum(ends[rows], end),
+                             steps[first:last], window_starts[first:last], window_ends[first:last], cut_at=end)
+
+
+def _cuts(starts: np.ndarray, window_starts: np.ndarray, window_ends: np.ndarray, size: int) -> list[int]:
+    """Where to cut a rank's sweep into pieces of about `size` intervals: window starts (in the
+    order they open) where every earlier window has ended."""
+    if len(starts) <= size or len(window_starts) < 2:
+        return []
+    open_until = np.maximum.accumulate(window_ends)[:-1]  # the latest end of the windows before each
+    candidates = window_starts[1:][open_until <= window_starts[1:]]
+    starting_before = np.searchsorted(np.sort(starts), candidates)
+    cuts, last = [], 0
+    for candidate, count in zip(candidates.tolist(), starting_before.tolist()):
+        if count - last >= size:
+            cuts.append(candidate)
+            last = count
+    return cuts
+
+
 def rank_stretches(rank: int, classes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                   steps: np.ndarray, window_starts: np.ndarray, window_ends: np.ndarray) -> pa.Table:
+                   steps: np.ndarray, window_starts: np.ndarray, window_ends: np.ndarray,
+                   cut_at: int | None = None) -> pa.Table:
     """One rank's stretches, from its intervals (class codes, starts, ends) and its step windows
-    (in the order they open)."""
+    (in the order they open); with `cut_at`, the last stretch ends there."""
     intervals, windows = len(starts), len(window_starts)
-    # Starts, window starts, window ends, ends: a stable sort by time keeps that order within an
-    # instant. Each change is its class (EDGE for a window's) and +1 at a start, -1 at an end.
-    at = np.concatenate([starts, window_starts, window_ends, ends])
+    cut = np.array([] if cut_at is None else [cut_at], np.int64)
+    # Starts, window starts, window ends and cuts, ends: a stable sort by time keeps that order
+    # within an instant. Each change is its class (EDGE for a window's) and +1 at a start, -1 at an end.
+    at = np.concatenate([starts, window_starts, window_ends, cut, ends])
     order = np.argsort(at, kind="stable")
     at = at[order]
-    code = np.concatenate([classes, np.full(2 * windows, EDGE, np.int8), classes])[order]
-    sign = np.concatenate([np.ones(intervals + windows, np.int8), -np.ones(windows + intervals, np.int8)])[order]
+    code = np.concatenate([classes, np.full(2 * windows + len(cut), EDGE, np.int8), classes])[order]
+    sign = np.concatenate([np.ones(intervals + windows, np.int8), -np.ones(windows + len(cut) + intervals, np.int8)])[order]
     edge = code == EDGE
     opened = np.cumsum(edge & (sign > 0), dtype=np.int32)  # windows opened so far
     # whether any interval of each class is running after each change

@@ -35,6 +35,8 @@
 --   dependency VARCHAR  Why, as above.
 --   weight_ns BIGINT  The time the dependency adds to a path through it.
 --   collective_key VARCHAR  The collective of a wait or transfer (see collective_sync).
+--   critical_path_position INTEGER  Its place (1 first) on the step's critical path, the longest
+--       of its ranks' (see step_critical_path; of paths as long, the lowest rank's); NULL off it.
 SELECT getvariable('run_id') AS run_id, *
 FROM _critical_graph_edges
 ORDER BY step, from_ns, to_ns

@@ -90,10 +90,15 @@ def timeline_bars(page) -> list[str]:
     )
 
 
+def timeline_path(page) -> list[str]:
+    """The geometry of the critical path line drawn over the timeline."""
+    return page.locator(".chart:has(select) g.mark-line path").evaluate_all("paths => paths.map(p => p.getAttribute('d'))")
+
+
 def test_the_report_in_a_browser_shows_every_chart_with_tooltips_and_no_errors(nccl_report):
     """Playwright drives the system Chromium (no browser download), with every request but the
     file itself refused: no console error, marks in every chart, a tooltip on hover, a step
-    selector that redraws the timeline, a wheel that zooms it, and screenshots at 1400 and
+    selector that redraws the timeline and its critical path, a wheel that zooms it, and screenshots at 1400 and
     800 px wide in test-artefacts/."""
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
@@ -109,10 +114,13 @@ def test_the_report_in_a_browser_shows_every_chart_with_tooltips_and_no_errors(n
         select = page.locator(".chart select")
         assert select.count() == 1 and select.input_value() == "5"
         assert select.locator("option").all_inner_texts()[0].startswith("5 (typical)")
-        opened = timeline_bars(page)
+        opened, opened_path = timeline_bars(page), timeline_path(page)
         select.select_option("4")
         page.wait_for_function("document.querySelector('.chart:has(select) .role-title').textContent.startsWith('Step 4')")
         assert timeline_bars(page) != opened and len(timeline_bars(page)) > 0
+        # Over each step, its critical path as one line.
+        assert len(opened_path) == 1 and opened_path[0].count("L") > 10
+        assert len(timeline_path(page)) == 1 and timeline_path(page) != opened_path
 
         # The wheel over the timeline zooms its time axis: fewer milliseconds span the chart.
         axis = ".chart:has(select) .role-axis[aria-label^='X-axis'] .role-axis-label text"
@@ -164,7 +172,7 @@ def test_chart_sizes_and_selector_options_are_filled_from_the_data():
     filled into the kept spec; a name the spec lacks is refused."""
     from pipelines.report import templates
 
-    rows = {"step_stretches": [{"step": 3, "rank": 0}]}
+    rows = {"step_stretches": [{"step": 3, "rank": 0}], "critical_path_points": []}
     spec = templates.filled("step_timeline", rows, params={"step": {"value": 3, "options": [3, 1], "labels": ["3", "1"]}})
     (step,) = [p for p in spec["params"] if p["name"] == "step"]
     assert step["value"] == 3 and step["bind"]["options"] == [3, 1] and step["bind"]["input"] == "select"

@@ -1,6 +1,7 @@
 """The sweep behind step_timeline, worked by hand on one rank."""
 
 import numpy as np
+import pyarrow as pa
 
 from pipelines import sweep
 
@@ -47,3 +48,21 @@ def test_time_outside_every_window_has_no_step():
     intervals = [("compute", 0, 50)]
     windows = [(7, 10, 20)]
     assert stretches(intervals, windows) == [(None, "compute", 0, 10), (7, "compute", 10, 20), (None, "compute", 20, 50)]
+
+
+def test_a_rank_swept_in_pieces_has_the_stretches_of_one_sweep():
+    """Random intervals of every class, and windows with gaps, overlaps and shared edges: the
+    pieces, cut at window starts, give exactly the whole rank's stretches."""
+    generator = np.random.default_rng(7)
+    for trial in range(20):
+        count = int(generator.integers(50, 400))
+        starts = generator.integers(0, 10_000, count)
+        ends = starts + generator.integers(1, 300 if trial % 2 else 3_000, count)
+        classes = generator.integers(0, 3, count).astype(np.int8)
+        window_starts = np.sort(generator.choice(np.arange(0, 10_000, 25), 30, replace=False))
+        window_ends = window_starts + generator.integers(10, 600, 30)
+        steps = np.arange(30)
+        whole = sweep.rank_stretches(0, classes, starts, ends, steps, window_starts, window_ends)
+        pieces = list(sweep.rank_pieces(0, classes, starts, ends, steps, window_starts, window_ends, size=40))
+        assert len(pieces) > 1
+        assert pa.concat_tables(pieces).to_pylist() == whole.to_pylist()

@@ -23,7 +23,7 @@ from pipelines.warehouse import ROLLUP_TABLES, TABLES, Warehouse, open_version
 # Every query a report runs (sql.report_rows), and so every table its session needs.
 REPORT_QUERIES = sql.SQL_DIR / "report"
 # Queries that read what the page learns from another query's rows: run when asked, not ahead.
-ASKED_LATER = {"step_stretches"}
+ASKED_LATER = {"step_stretches", "critical_path_points"}
 MAX_STRETCHES = 20_000
 MAX_POINTS = 1_500
 MAX_STEPS = 200
@@ -210,6 +210,7 @@ def _timeline(queries: ReportQueries, page: Page) -> str:
     per_step = MAX_STRETCHES // len(steps)
     queries.set_variables(timeline_steps=[row["step"] for row in steps], max_stretches_per_step=per_step)
     stretches = queries.rows("step_stretches")
+    path = queries.rows("critical_path_points")
     labels = [
         f"{row['step']}{' (typical)' if row['typical'] else ''}: {row['mean_step_ms']:.1f} ms, "
         + ("exposure unknown" if row["exposed_comm_share"] is None else f"{row['exposed_comm_share']:.0%} exposed")
@@ -224,7 +225,14 @@ def _timeline(queries: ReportQueries, page: Page) -> str:
         note += f" The list offers {MAX_TIMELINE_STEPS} steps: the typical one, then the first in order."
     if max(Counter(row["step"] for row in stretches).values(), default=0) >= per_step:
         note += f" Of a step with more than {per_step} busy stretches, only the longest {per_step} are drawn."
-    return paragraph(note) + page.chart("step_timeline", {"step_stretches": stretches}, params=picker)
+    with_path = {row["step"] for row in path}
+    if with_path:
+        note += (" The black line is the step's critical path, the longest chain of dependencies the traces record, "
+                 "across ranks where a collective ties them (see step_critical_path).")
+        if len(with_path) < len(steps):
+            note += " A run this large has the critical paths of some steps only; the others have no line."
+    return paragraph(note) + page.chart("step_timeline", {"step_stretches": stretches, "critical_path_points": path},
+                                        params=picker)
 
 
 def _bandwidth(queries: ReportQueries, page: Page) -> str:

@@ -94,19 +94,21 @@ def critical_path_steps_chart() -> alt.Chart:
                              "part", "part", "What each step's critical path is made of", alt.Tooltip("ranks:Q", title="ranks"))
 
 
-def step_timeline_chart() -> alt.Chart:
-    """A Gantt of one step on every rank: when compute ran and when communication was exposed.
+def step_timeline_chart() -> alt.LayerChart:
+    """A Gantt of one step on every rank: when compute ran and when communication was exposed, with
+    the step's critical path drawn over it as a line from rank to rank.
 
     The step is picked from a list (its options filled by the report); the time axis zooms with
     the wheel, pans by dragging and resets on a double click.
     """
     step = alt.param(name="step", value=0, bind=alt.binding_select(options=[0], name="step "))
     zoom = alt.selection_interval(name="zoom", bind="scales", encodings=["x"])
-    return (
+    rank = alt.Y("rank:O", title="rank")
+    stretches = (
         alt.Chart(_data("step_stretches"))
         .mark_bar(height={"band": 0.8})
         .encode(
-            y=alt.Y("rank:O", title="rank"),
+            y=rank,
             x=alt.X("start_ms:Q", title="ms since the start of the step on that rank"),
             x2="end_ms:Q",
             color=alt.Color("state:N", scale=_SCALE, title=None),
@@ -120,10 +122,27 @@ def step_timeline_chart() -> alt.Chart:
         )
         .add_params(step, zoom)
         .transform_filter(alt.datum.step == step)
-        .properties(
-            width=760, height=alt.Step(24),
-            title=alt.TitleParams(text=alt.ExprRef(expr="'Step ' + step + ' on every rank, idle left blank'")),
+    )
+    path = (
+        alt.Chart(_data("critical_path_points"))
+        .mark_line(color="black", strokeWidth=1.5, point=alt.OverlayMarkDef(color="black", size=12))
+        .encode(
+            y=rank,
+            x=alt.X("at_ms:Q"),
+            order="position:Q",
+            tooltip=[
+                alt.Tooltip("rank:O"),
+                alt.Tooltip("node:N", title="on the critical path"),
+                alt.Tooltip("at_ms:Q", format=".3f"),
+                alt.Tooltip("next_dependency:N", title="then"),
+                alt.Tooltip("next_us:Q", format=".1f", title="for (us)"),
+            ],
         )
+        .transform_filter(alt.datum.step == step)
+    )
+    return alt.layer(stretches, path).properties(
+        width=760, height=alt.Step(24),
+        title=alt.TitleParams(text=alt.ExprRef(expr="'Step ' + step + ' on every rank, idle left blank'")),
     )
 
 
