@@ -281,10 +281,14 @@ def run() -> None:
 
     Once the threads are joined and the exit handlers have run, as at any exit, freeing DuckDB's
     databases and every module's objects would only cost time: 40-50 ms of each command, a tenth
-    of a report's. An error or `--help` exits the usual way. The first two steps are CPython's
+    of a report's. An error or `--help` exits the usual way; output to a reader that stopped
+    reading (`| head`) ends the command quietly, as the interpreter's status for it. The first two steps are CPython's
     own exit steps, private to it (the project pins Python 3.11).
     """
-    code = main()
+    try:
+        code = main()
+    except BrokenPipeError:  # the reader left early (`| head`): what it read is what it wanted
+        code = 120
     threading._shutdown()  # what the interpreter does first at exit: join the threads, shut executors down
     atexit._run_exitfuncs()
     try:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
 
 import pytest
 
-from conftest import TRACES, ingest_directly, wirespeed
+from conftest import REPO, TRACES, ingest_directly, wirespeed
 from pipelines import rollups
 from pipelines.compare import compare
 from pipelines.settings import Settings
@@ -41,6 +43,10 @@ def test_the_parts_of_two_real_runs_add_up_and_what_differs_is_said(store):
     assert itself["step_ms"]["delta"] == 0 and all(part["delta_ms"] == 0 for part in itself["parts"])
     with pytest.raises(LookupError, match="not in the warehouse"):
         compare(store, Settings(), nccl, "no-such-run")
+    # Read as far as its first line (`wirespeed compare A B | head -1`), it stops without a traceback.
+    piped = subprocess.run(f"{sys.executable} -m pipelines.cli compare {nccl} {sampled} --warehouse {store.root} | head -1",
+                           shell=True, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert piped.stdout.count("\n") == 1 and "Traceback" not in piped.stderr and piped.stderr == ""
 
 
 def test_a_run_and_its_twin_on_a_slower_link_differ_in_exposed_communication(cluster_runs, store):
