@@ -53,6 +53,14 @@ def shared_warehouse(tmp_path_factory) -> Warehouse:
     return store
 
 
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, request) -> Warehouse:
+    """An empty warehouse for one test module's runs."""
+    store = Warehouse(tmp_path_factory.mktemp(request.module.__name__.removeprefix("test_")) / "warehouse")
+    store.ensure()
+    return store
+
+
 def table_rows(store: Warehouse, query: str, parameters: list | dict | None = None) -> list[dict]:
     """A query's rows over a warehouse's published runs, each as a dict by column name."""
     con = store.connect()

@@ -32,17 +32,9 @@ import statistics
 import pytest
 
 from conftest import ingest_directly, table_rows
-from pipelines.warehouse import Warehouse
 
 DIMENSION = {"ddp": "dp", "fsdp": "fsdp", "tp": "tp", "pp": "pp", "ep": "ep"}
 LINK_RESOLUTION = 0.1
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Warehouse:
-    store = Warehouse(tmp_path_factory.mktemp("cluster-exposure") / "warehouse")
-    store.ensure()
-    return store
 
 
 @pytest.mark.parametrize("job", list(DIMENSION))

@@ -39,13 +39,6 @@ MATRIX_REPEATS = 2
 TOLERANCE = 0.25
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Warehouse:
-    store = Warehouse(tmp_path_factory.mktemp("cluster-matrix") / "warehouse")
-    store.ensure()
-    return store
-
-
 def replayed(store: Warehouse, run_id: str, gbps: float, ranks: int) -> dict:
     out = wirespeed("whatif", run_id, "--warehouse", str(store.root), "--ranks", str(ranks), "--bandwidth", f"{gbps:g}",
                     "--compression", "1", "--format", "json")

@@ -16,13 +16,6 @@ from pipelines.settings import Settings
 from pipelines.warehouse import Warehouse
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Warehouse:
-    store = Warehouse(tmp_path_factory.mktemp("compare") / "warehouse")
-    store.ensure()
-    return store
-
-
 def assert_parts_add_up(result: dict) -> None:
     step = result["step_ms"]
     assert sum(part["a_ms"] for part in result["parts"]) == pytest.approx(step["a"], rel=1e-9)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-import numpy as np
 import pyarrow as pa
 import pytest
 

@@ -252,9 +252,9 @@ def mixed_log_lines() -> list[str]:
         f"[0000-01-01 00:00:00] {a} " + CALL.format(n=4, count=1, dt=7, op=0, comm="0xa", nranks=2),
         f"Fri Aug 11 12:31:45 2023[1,0]<stdout>:{b} " + CALL.format(n=0, count=2, dt=4, op=0, comm="0xb", nranks=4),
         f"{b} [Rank 5] " + CALL.format(n=1, count=2, dt=4, op=0, comm="0xb", nranks=4),
-        f"nodeB:22:23 [1] 12.5 enqueue.cc:88 NCCL TRACE " + CALL.format(n=2, count=2, dt=4, op=0, comm="0xb", nranks=4),
-        f"nodeB:22:23 [1] NCCL WARN " + CALL.format(n=3, count=2, dt=4, op=0, comm="0xb", nranks=4),  # a warning
-        f"n\u00f6de:33:33 [0] NCCL INFO " + CALL.format(n=0, count=3, dt=7, op=0, comm="(nil)", nranks=2),
+        "nodeB:22:23 [1] 12.5 enqueue.cc:88 NCCL TRACE " + CALL.format(n=2, count=2, dt=4, op=0, comm="0xb", nranks=4),
+        "nodeB:22:23 [1] NCCL WARN " + CALL.format(n=3, count=2, dt=4, op=0, comm="0xb", nranks=4),  # a warning
+        "n\u00f6de:33:33 [0] NCCL INFO " + CALL.format(n=0, count=3, dt=7, op=0, comm="(nil)", nranks=2),
         f"{a} " + CALL.format(n=5, count=3, dt=7, op=0, comm="0xa", nranks=2).replace("0x1", "0x1\x00"),  # binary
         f"x\tNCCL note {a} " + CALL.format(n=5, count=3, dt=7, op=0, comm="0xa", nranks=2),
         f"{a} see {a} " + CALL.format(n=5, count=3, dt=7, op=0, comm="0xa", nranks=2),  # an INFO line about a call

@@ -214,13 +214,6 @@ PIPELINE_REPLAY_TOLERANCE = 0.25
 PAPER_AGREEMENT = 0.03
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Warehouse:
-    store = Warehouse(tmp_path_factory.mktemp("cluster-replay") / "warehouse")
-    store.ensure()
-    return store
-
-
 def predicted(store: Warehouse, run_id: str, gbps: float, *options: str) -> dict:
     """`wirespeed whatif` of a run at one line rate, its own ranks, uncompressed."""
     out = wirespeed("whatif", run_id, "--warehouse", str(store.root), *options, "--ranks", "2",
