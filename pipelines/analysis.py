@@ -287,9 +287,10 @@ def _build_all(
     shared: sql.SharedSession, con: duckdb.DuckDBPyConnection, build: Callable[[duckdb.DuckDBPyConnection, str], int | None],
     workers: int,
 ) -> tuple[dict[str, int | None], dict[str, float]]:
-    """Build every step, `workers` at a time, each once the steps it reads are built; drop each
-    intermediate (on `con`) once every step that reads it is built. Returns each step's rows and
-    seconds."""
+    """Build every step, `workers` SQL statements at a time and beside them one Python step (the
+    critical path, the what-if replay: Python on one core while DuckDB's statement uses the
+    others), each once the steps it reads are built; drop each intermediate (on `con`) once every
+    step that reads it is built. Returns each step's rows and seconds."""
     order = steps()
     reads = _reads(order)
     readers = {name: {later for later in order if name in reads[later]} for name in order}
@@ -305,11 +306,19 @@ def _build_all(
     seconds: dict[str, float] = {}
     running: dict[Future, str] = {}
     built = set(PARSE_TABLES)
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="wirespeed-analysis") as pool:
+    def python(name: str) -> bool:  # a step whose arrays are Python's: the Python steps, the streams' tables
+        return name in PYTHON_STEPS or name in PYTHON_STREAMS
+
+    def free(name: str) -> bool:
+        kind = python(name)
+        return sum(python(other) == kind for other in running.values()) < (1 if kind else max(1, workers))
+
+    with ThreadPoolExecutor(max(1, workers) + 1, thread_name_prefix="wirespeed-analysis") as pool:
         while len(rows) < len(order):
             ready = [name for name in order if name not in built and name not in running.values() and reads[name] <= built]
-            for name in sorted(ready, key=lambda n: -chain[n])[: max(1, workers) - len(running)]:
-                running[pool.submit(run, name)] = name
+            for name in sorted(ready, key=lambda n: -chain[n]):
+                if free(name):
+                    running[pool.submit(run, name)] = name
             if not running:
                 raise RuntimeError(f"nothing can build {sorted(set(order) - built)}: each reads a step that does not come before it")
             finished, _ = wait(running, return_when=FIRST_COMPLETED)

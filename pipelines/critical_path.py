@@ -123,9 +123,14 @@ class Events:
         def ints(name: str) -> np.ndarray:  # exact: nanoseconds since the epoch are past a double's
             return pc.fill_null(table.column(name).cast(pa.int64()), -1).to_numpy()
 
+        def texts(name: str) -> list[str]:  # each distinct text one object: a few hundred names, repeated
+            encoded = pc.dictionary_encode(table.column(name)).combine_chunks()
+            distinct = encoded.dictionary.to_pylist()
+            return [None if index is None else distinct[index] for index in encoded.indices.to_pylist()]
+
         return cls(
-            table.column("cat").to_pylist(), table.column("name").to_pylist(), ints("ts_ns"), ints("dur_ns"),
-            table.column("tid").to_pylist(), ints("stream"), ints("correlation"), ints("wait_on_stream"),
+            texts("cat"), texts("name"), ints("ts_ns"), ints("dur_ns"),
+            texts("tid"), ints("stream"), ints("correlation"), ints("wait_on_stream"),
             ints("wait_on_correlation"), table.column("on_device").to_numpy(zero_copy_only=False).astype(bool),
         )
 
@@ -133,7 +138,7 @@ class Events:
         return int(self.ts[i] + self.dur[i])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Edge:
     source: Hashable  # a rank's own node ids: 2 i is event i's start, 2 i + 1 its end
     target: Hashable
@@ -445,7 +450,7 @@ def node_rank(node: Hashable) -> int | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Instance:
     """A rank's part in a collective (a `collectives` row) and when its last rank arrived."""
 
