@@ -229,9 +229,10 @@ def _publish(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> int:
     return written
 
 
-# Tables are built two at a time (one per thread) on runs up to this many trace events. Beyond,
+# SQL tables are built two at a time (one per thread) on runs up to this many trace events. Beyond,
 # each statement's scans keep every thread busy, and two at once split DuckDB's memory limit and
-# spill: ten million device events took 124 s at 1.55 GB of memory two at a time.
+# spill: ten million device events took 124 s at 1.55 GB of memory two at a time. A Python step
+# runs beside them either way (see `_build_all`).
 PARALLEL_BUILD_MAX_EVENTS = 5_000_000
 
 
@@ -244,7 +245,8 @@ def analyze_run(
     Each of `[resources] threads` threads builds a table whose inputs are built, on a connection
     of its own to one shared session: most of a small table's time is DuckDB planning it on one
     core, and the replay is Python, so building two at once uses a second core that one
-    statement at a time leaves idle; a large run's tables are built one at a time. `finish` runs
+    statement at a time leaves idle; a large run's SQL tables are built one at a time, with one
+    Python step beside them. `finish` runs
     in the session once every table is built, where each table is a view of its file: checks
     read the run there without opening a session of their own.
     """
