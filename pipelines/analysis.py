@@ -246,9 +246,8 @@ def analyze_run(
     of its own to one shared session: most of a small table's time is DuckDB planning it on one
     core, and the replay is Python, so building two at once uses a second core that one
     statement at a time leaves idle; a large run's SQL tables are built one at a time, with one
-    Python step beside them. `finish` runs
-    in the session once every table is built, where each table is a view of its file: checks
-    read the run there without opening a session of their own.
+    Python step beside them. `finish` runs in the session once every table is built, where each
+    table is a view of its file: checks read the run there without opening a session of their own.
     """
     started = time.perf_counter()
     shared = sql.SharedSession(settings.duckdb_config())
@@ -289,10 +288,11 @@ def _build_all(
     shared: sql.SharedSession, con: duckdb.DuckDBPyConnection, build: Callable[[duckdb.DuckDBPyConnection, str], int | None],
     workers: int,
 ) -> tuple[dict[str, int | None], dict[str, float]]:
-    """Build every step, `workers` SQL statements at a time and beside them one Python step (the
-    critical path, the what-if replay: Python on one core while DuckDB's statement uses the
-    others), each once the steps it reads are built; drop each intermediate (on `con`) once every
-    step that reads it is built. Returns each step's rows and seconds."""
+    """Build every step, `workers` SQL statements at a time and beside them one step whose work is
+    Python's (the critical path, the replay, the sweep of a streamed table: one core, while
+    DuckDB's statement uses the others), each once the steps it reads are built; drop each
+    intermediate (on `con`) once every step that reads it is built. Returns each step's rows and
+    seconds."""
     order = steps()
     reads = _reads(order)
     readers = {name: {later for later in order if name in reads[later]} for name in order}
@@ -308,10 +308,11 @@ def _build_all(
     seconds: dict[str, float] = {}
     running: dict[Future, str] = {}
     built = set(PARSE_TABLES)
-    def python(name: str) -> bool:  # a step whose arrays are Python's: the Python steps, the streams' tables
+
+    def python(name: str) -> bool:
         return name in PYTHON_STEPS or name in PYTHON_STREAMS
 
-    def free(name: str) -> bool:
+    def free(name: str) -> bool:  # a slot of its kind is free
         kind = python(name)
         return sum(python(other) == kind for other in running.values()) < (1 if kind else max(1, workers))
 

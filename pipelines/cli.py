@@ -282,8 +282,8 @@ def run() -> None:
     Once the threads are joined and the exit handlers have run, as at any exit, freeing DuckDB's
     databases and every module's objects would only cost time: 40-50 ms of each command, a tenth
     of a report's. An error or `--help` exits the usual way; output to a reader that stopped
-    reading (`| head`) ends the command quietly, as the interpreter's status for it. The first two steps are CPython's
-    own exit steps, private to it (the project pins Python 3.11).
+    reading (`| head`) ends the command quietly, with the interpreter's status for it. The first
+    two steps are CPython's own exit steps, private to it (the project pins Python 3.11).
     """
     try:
         code = main()

@@ -379,3 +379,29 @@ def dg_materialize(asset, resource) -> dict:
     outcome = dg.materialize([asset], resources={"warehouse": resource}, instance=dg.DagsterInstance.ephemeral())
     (event,) = outcome.get_asset_materialization_events()
     return {key: value.value for key, value in event.materialization.metadata.items()}
+
+
+def test_a_long_critical_path_is_drawn_through_its_rank_changes_and_longest_dependencies(nccl_report):
+    """Capped below its length, the timeline's path keeps its two ends, every point where it changes
+    rank and, of the rest, those before its longest dependencies; uncapped, every point, in order."""
+    from pipelines import sql
+    from pipelines.warehouse import TABLES, open_version
+
+    store = Warehouse(nccl_report.parent.parent)
+    con = open_version(store.published("nccl_data"), Settings(), "nccl_data", TABLES)
+    try:
+        (step,) = con.execute("SELECT any_value(step) FROM step_dependencies WHERE critical_path_position IS NOT NULL").fetchall()[0]
+
+        def points(cap: int) -> list[dict]:
+            sql.set_variables(con, timeline_steps=[step], max_stretches_per_step=cap)
+            return sql.report_rows(con, "critical_path_points")
+
+        whole, capped = points(10**9), points(5)
+    finally:
+        con.close()
+    assert [p["position"] for p in whole] == list(range(1, len(whole) + 1)) and len(whole) > 20
+    turns = [p["position"] for i, p in enumerate(whole)
+             if p["rank"] != whole[max(i - 1, 0)]["rank"] or p["rank"] != whole[min(i + 1, len(whole) - 1)]["rank"]]
+    longest = sorted(whole, key=lambda p: (-p["next_us"], p["position"]))[:5]
+    ends = {whole[0]["position"], whole[-1]["position"]}
+    assert [p["position"] for p in capped] == sorted(ends | {*turns, *(p["position"] for p in longest)})

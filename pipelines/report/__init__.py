@@ -231,6 +231,9 @@ def _timeline(queries: ReportQueries, page: Page) -> str:
                  "across ranks where a collective ties them (see step_critical_path).")
         if len(with_path) < len(steps):
             note += " A run this large has the critical paths of some steps only; the others have no line."
+        if max(Counter(row["step"] for row in path).values()) >= per_step:
+            note += (f" A path of more than {per_step} points is drawn through those where it changes rank and its "
+                     f"{per_step} longest dependencies.")
     return paragraph(note) + page.chart("step_timeline", {"step_stretches": stretches, "critical_path_points": path},
                                         params=picker)
 
