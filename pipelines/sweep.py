@@ -17,8 +17,9 @@ at its start, if it starts before that window ends.
 
 It is written in NumPy, not SQL: a running sum over tens of millions of changes is one pass over
 arrays, where DuckDB's window functions sorted and scanned them several times (ten million device
-events: the SQL sweep took 14 s, this one 4 s, its output identical). The stretches stream out a
-rank at a time, straight into `step_timeline`'s Parquet file.
+events: the SQL sweep and its writing took 14 s, this one 8 s, of which the sweep 2.7 s, its output
+identical). The stretches stream out a piece of a rank at a time, straight into `step_timeline`'s
+Parquet file.
 """
 
 from __future__ import annotations
@@ -49,11 +50,12 @@ WHERE window_start_ns IS NOT NULL AND window_end_ns > window_start_ns
 ORDER BY rank, window_start_ns, step
 """
 QUERIES = (COUNTS_QUERY, ACTIVITY_QUERY, WINDOWS_QUERY)
-# Ranks are read in groups of about this many intervals: a few hundred megabytes of arrays at a
-# time, however large the run, in a few scans of `_activity`, however many its ranks.
+# Ranks are read in groups of about this many intervals (tens of megabytes of arrays), in a few
+# scans of `_activity` however many its ranks; a rank is swept in pieces of about PIECE_INTERVALS
+# (see `rank_pieces`), handed to DuckDB in batches of BATCH_ROWS stretches (a Parquet row group).
 CHUNK_INTERVALS = 1_000_000
-BATCH_ROWS = 122_880
 PIECE_INTERVALS = 250_000
+BATCH_ROWS = 122_880
 
 STATES = ("idle", "compute", "overlapped_comm", "exposed_comm", "other")
 SCHEMA = pa.schema({"rank": pa.int32(), "step": pa.int64(), "state": pa.dictionary(pa.int8(), pa.string()),

@@ -8,8 +8,9 @@
 -- much.
 --
 -- The sweep itself is pipelines/sweep.py (NumPy: a running sum over tens of millions of changes,
--- which DuckDB's window functions took three times as long for); it streams each rank's
--- stretches straight into this table's Parquet file, and every reader reads them from there.
+-- which DuckDB's window functions took nearly twice as long for, writing included); it streams
+-- each rank's stretches straight into this table's Parquet file, and every reader reads them
+-- from there.
 --
 -- Grain: one row per run, rank and maximal stretch of one state (a stretch never crosses a step
 -- window's edge).
