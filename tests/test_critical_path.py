@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 
 import pyarrow as pa
 import pytest
@@ -77,33 +76,22 @@ def test_the_graph_holds_the_waits_the_trace_records(store):
 @pytest.mark.parametrize("name", ["simple_add", "cuda_event_sync_multi_stream"])
 def test_a_whole_trace_agrees_with_hta(store, name):
     """HTA's reference for these is the whole trace (they have no ProfilerStep): the same graph
-    over the trace's span, from the run's parsed events."""
+    over the trace's span, from the run's parsed events, its path sorted by step_critical_path's SQL."""
     con = store.connect()
     try:
-        sql.set_variables(con, max_dur_ns=MAX_PLAUSIBLE_DUR_NS, run=name, critical_from_ns=[0], critical_to_ns=[2**62])
+        sql.set_variables(con, max_dur_ns=MAX_PLAUSIBLE_DUR_NS, run=name, run_id=name, critical_from_ns=[0],
+                          critical_to_ns=[2**62])
         con.execute("CREATE TEMP VIEW run_events AS FROM trace_events WHERE run_id = getvariable('run')")
         events = con.sql(critical_path.EVENTS_QUERY.replace("FROM trace_events", "FROM run_events")).to_arrow_table()
+        rank = events.column("rank")[0].as_py()
+        span = con.execute("SELECT min(ts_ns), max(ts_ns + dur_ns) FROM run_events").fetchall()[0]
+        path, _ = critical_path.critical_paths(events, {rank: [(0, *span)]}, pa.table({"step": pa.array([], pa.int64())}))
+        con.register(critical_path.TABLE, path)
+        rows = con.execute(f"SELECT hta_bound, sum(path_ns) FROM ({sql.table('step_critical_path').query}) GROUP BY ALL").fetchall()
     finally:
         con.close()
-    graph = critical_path.RankGraph(critical_path.Events.of(events))
-    start = int(graph.e.ts.min())
-    end = int((graph.e.ts + graph.e.dur).max())
-    path = critical_path.longest_path(graph.window(start, end))
-    by_bound: dict[str, float] = defaultdict(float)
-    for edge in path:
-        by_bound[bound(edge, graph.e)] += edge.weight
-    assert_agrees(name, sum(edge.weight for edge in path), by_bound)
-
-
-def bound(edge: critical_path.Edge, events: critical_path.Events) -> str:
-    """HTA's category of an edge, as step_critical_path gives it."""
-    if edge.kind == critical_path.KERNEL_GAP:
-        return "gpu_kernel_kernel_overhead"
-    if edge.kind == critical_path.LAUNCH:
-        return "gpu_kernel_launch_overhead"
-    if edge.kind == critical_path.DEPENDENCY:
-        return ""
-    return "gpu_compute_bound" if events.on_device[edge.event] else "cpu_bound"
+    by_bound = dict(rows)
+    assert_agrees(name, sum(by_bound.values()), by_bound)
 
 
 def events(rows: list[dict]) -> critical_path.Events:
