@@ -23,17 +23,22 @@ measured: what a rank did between waits takes as long as it did. Only three thin
 
 The run is replayed as one timeline, so that what one step leaves late (a pipeline's last
 gradients, a slow rank's optimizer) delays the next; a step's replayed length on a rank is its
-measured length plus how much the rank's shift grew over its window. The recurrence is sequential in
-time, so it runs here, over all scenarios at once (numpy vectors), rather than in SQL.
+measured length plus how much the rank's shift grew over its window. A step whose every rank
+records its waits (`cuda_sync` events) is replayed through its graph instead
+(pipelines/graph_replay.py). The recurrence is sequential in time, so it runs here, over all
+scenarios at once (numpy vectors), rather than in SQL.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+
+from pipelines import graph_replay
 
 # Dimensions that grow with the run: more ranks are more data-parallel replicas.
 SCALED_DIMENSIONS = ("dp", "fsdp")
@@ -81,7 +86,8 @@ def channels(channel: str, intra: bool, op: str) -> list[tuple]:
 class Replay:
     """The collectives and waits of a run (`whatif_inputs` rows) and its rank-steps (step_breakdown)."""
 
-    def __init__(self, inputs: pa.Table, steps: pa.Table, factors: Callable[[np.ndarray, np.ndarray], np.ndarray]):
+    def __init__(self, inputs: pa.Table, steps: pa.Table, factors: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                 graphs: dict[int, graph_replay.StepGraph] | None = None):
         self.factors = factors  # the bus-bandwidth factor of (op, group size), for larger groups
         self._growth: dict[int, np.ndarray] = {}  # per rank multiple: every search asks again
         rows = {name: inputs.column(name).to_numpy(zero_copy_only=False) for name in inputs.column_names}
@@ -108,6 +114,11 @@ class Replay:
         self.window_start = np.array(steps.column("window_start_ns").to_pylist(), dtype=np.int64)
         self.window_end = np.array(steps.column("window_end_ns").to_pylist(), dtype=np.int64)
         self._schedule()
+        # The steps replayed through the dependencies their traces record (pipelines/graph_replay.py).
+        index = {rank_step: k for k, rank_step in enumerate(self.step_rank)}
+        self.graphs = [(graph, {rank: index[(rank, step)] for rank in graph.end if (rank, step) in index})
+                       for step, graph in (graphs or {}).items()]
+        self.graphed = sum(len(ranks) for _, ranks in self.graphs)
 
     def _schedule(self) -> None:
         """Every event of the run in time order (ns since its first): step windows opening,
@@ -116,6 +127,7 @@ class Replay:
         r = self.rows
         keys, collective = np.unique(r["collective_key"].astype(str), return_inverse=True)
         self.collectives = len(keys)
+        self.keys = keys.tolist()
         step_ranks = np.array([rank for rank, _ in self.step_rank], dtype=int)
         ranks, rank_index = np.unique(np.concatenate([r["rank"].astype(int), step_ranks]), return_inverse=True)
         self.rank_count = len(ranks)
@@ -127,6 +139,7 @@ class Replay:
         self.first_rows = first
         self.begins = (r["begin_ns"][first] - base).astype(float)
         measured = (r["collective_end_ns"][first] - r["begin_ns"][first]).astype(float)
+        self.measured = measured
         channel_ids: dict[tuple, int] = {}
         links: list[list[int]] = [[] for _ in range(self.collectives)]
         for i, c in enumerate(collective):
@@ -272,6 +285,13 @@ class Replay:
                 opened[event[3]] = shift[event[4]]
             else:
                 step_ns[event[3]] += shift[event[4]] - opened[event[3]]
+        if self.graphs:
+            ratio = {key: duration[c] / self.measured[c] if self.measured[c] > 0 else np.ones(width)
+                     for c, key in enumerate(self.keys)}
+            for graph, ranks in self.graphs:
+                moved = graph.shifts(defaultdict(lambda: np.ones(width), ratio), width)
+                for rank, k in ranks.items():
+                    step_ns[k] = self.step_ns[k] + moved[rank]
         return step_ns, exposed
 
 INPUTS_QUERY = "SELECT * FROM whatif_inputs ORDER BY rank, step, begin_ns"
@@ -302,6 +322,14 @@ class Model:
         self.replay = replay
         self.world_size = world_size
         self.dimensions = sorted(set(replay.dimension))
+
+    def scenario_text(self) -> str:
+        """What the replay replayed, and on which dependencies."""
+        replay = self.replay
+        text = f"replay of {len(replay.step_ns)} rank-steps"
+        if replay.graphed:
+            text += f", {replay.graphed} of them through the waits their traces record"
+        return text
 
     def scenario(self, cell: Cell, dimension: str = "all", intra_gbps: float | None = None) -> Scenario:
         return Scenario(cell.bandwidth_gbps, intra_gbps, ((dimension, cell.compression),), cell.ranks // self.world_size,
@@ -407,7 +435,7 @@ def _scope(replay: Replay, chosen: np.ndarray) -> str | None:
 
 
 RUN_QUERY = "SELECT any_value(world_size) FROM runs"
-QUERIES = (INPUTS_QUERY, STEPS_QUERY, RUN_QUERY)
+QUERIES = (INPUTS_QUERY, STEPS_QUERY, RUN_QUERY, graph_replay.QUERY)
 CELL_COLUMNS = {"scenario": pa.string(), "ranks": pa.int32(), "bandwidth_gbps": pa.float64(), "compression": pa.float64(),
                 "transfers": pa.string(),
                 "collectives": pa.int64(), "compute_ns": pa.int64(), "comm_ns": pa.int64(), "exposed_ns": pa.int64(),
@@ -427,7 +455,8 @@ def model_of(con) -> Model | None:
     if not inputs.num_rows:
         return None
     (world_size,) = con.execute(RUN_QUERY).fetchall()[0]
-    replay = Replay(inputs, con.sql(STEPS_QUERY).to_arrow_table(), busbw_factors(con))
+    graphs = graph_replay.graphs(con.sql(graph_replay.QUERY).to_arrow_table())
+    replay = Replay(inputs, con.sql(STEPS_QUERY).to_arrow_table(), busbw_factors(con), graphs)
     return Model(replay, world_size or int(np.unique(inputs.column("rank").to_numpy()).size))
 
 
@@ -447,7 +476,7 @@ def register(con, rank_multiples: tuple[int, ...], bandwidths_gbps: tuple[float,
         cells, parts = model.cells(grid)
         reached = model.targets(grid, targets)
         for cell in cells:
-            cell["scenario"] = f"replay of {len(model.replay.step_ns)} rank-steps"
+            cell["scenario"] = model.scenario_text()
     for name, rows, columns in zip(TABLES, (cells, parts, reached), (CELL_COLUMNS, DIMENSION_COLUMNS, TARGET_COLUMNS)):
         con.register("_replayed", _table(rows, columns))
         try:

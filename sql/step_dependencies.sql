@@ -17,7 +17,8 @@
 --   'transfer'           a collective's begin to its end on a rank.
 -- `weight_ns` is the time the edge adds to a path through it (0 for a recorded wait, and for a
 -- thread's gap that a collective's end closed). A large run has the graph of the steps whose
--- critical paths it has (see step_critical_path).
+-- critical paths it has (see step_critical_path). The replay what-if replays a step whose traces
+-- record their waits through this graph (pipelines/graph_replay.py).
 --
 -- Grain: one row per run, step and dependency.
 --

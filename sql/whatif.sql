@@ -18,7 +18,8 @@
 --   run_id VARCHAR  The run.
 --   model VARCHAR  'replay' or 'paper'.
 --   fusion VARCHAR  How the buckets were formed: 'observed' (the trace's own), or a policy.
---   scenario VARCHAR  Which step(s) the timeline comes from.
+--   scenario VARCHAR  Which step(s) the timeline comes from; for the replay, how many rank-steps
+--       went through the waits their traces record (docs/whatif.md).
 --   ranks INTEGER  N.
 --   bandwidth_gbps DOUBLE  Line rate B of the network, Gbit/s.
 --   compression DOUBLE  Compression ratio c (uncompressed / compressed bytes).

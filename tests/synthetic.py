@@ -29,6 +29,10 @@ class Kernel:
     comms_id: int | None = None
     stream: int = 7
     launch_us: float | None = None  # default: just after the start of the step it runs in
+    # The kernel (its index among the rank's) whose recorded event this one's stream waits for
+    # before it: a cudaEventRecord after that kernel's launch, a cudaStreamWaitEvent before this
+    # one's, and the `cuda_sync` event Kineto records for the wait.
+    waits_for: int | None = None
 
 
 @dataclass
@@ -69,6 +73,8 @@ def write_run(folder: Path, ranks: list[Rank], world_size: int, pg_ranks: list[i
                            "ts": launch, "dur": 1, "args": {"correlation": correlation}})
             events.append({"ph": "X", "cat": "kernel", "name": kernel.name, "pid": 0, "tid": kernel.stream,
                            "ts": kernel.start_us, "dur": kernel.dur_us, "args": args})
+            if kernel.waits_for is not None:
+                events += _stream_wait(rank, index, kernel, launch)
         trace = {
             "schemaVersion": 1,
             "distributedInfo": {"backend": "nccl", "rank": rank.rank, "world_size": world_size,
@@ -82,6 +88,24 @@ def write_run(folder: Path, ranks: list[Rank], world_size: int, pg_ranks: list[i
         head = json.dumps(trace)[1:-1]
         (folder / f"rank{rank.rank}.json").write_text("{" + head + ',\n  "traceEvents": [\n' + blocks.replace("}, {", "},\n  {") + "\n  ]\n}")
     return folder
+
+
+def _stream_wait(rank: Rank, index: int, kernel: Kernel, launch_us: float) -> list[dict]:
+    """The record of the awaited kernel's event just after its launch, and the wait for it just
+    before this kernel's launch, as Kineto writes them with `cuda_sync` events on."""
+    awaited = rank.kernels[kernel.waits_for]
+    recorded_at = (awaited.launch_us if awaited.launch_us is not None else _launch_time(rank, awaited.start_us)) + 0.5
+    record, wait = 3000 + kernel.waits_for, 4000 + index
+    return [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaEventRecord", "pid": 10, "tid": 10, "ts": recorded_at, "dur": 0.2,
+         "args": {"correlation": record}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamWaitEvent", "pid": 10, "tid": 10, "ts": launch_us - 0.5,
+         "dur": 0.2, "args": {"correlation": wait}},
+        {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": kernel.stream, "ts": launch_us - 0.5,
+         "dur": 0.1, "args": {"cuda_sync_kind": "Stream Wait Event", "wait_on_stream": awaited.stream,
+                              "wait_on_cuda_event_record_corr_id": record, "stream": kernel.stream,
+                              "correlation": wait, "device": 0}},
+    ]
 
 
 def _launch_time(rank: Rank, kernel_start: float) -> float:

@@ -10,10 +10,11 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import ingest_directly, wirespeed
+from conftest import ingest_directly, table_rows, wirespeed
 from pipelines import sql
 from pipelines.replay import Cell, Model, Replay, Scenario, busbw_factors
 from pipelines.warehouse import Warehouse
+from synthetic import Kernel, Rank, write_run
 
 MS = 1_000_000
 
@@ -162,6 +163,54 @@ def test_a_late_rank_is_waited_for_and_a_buffered_send_is_not(factors):
     assert (step_ns[:, 1] / MS).round(6).tolist() == [90, 80]
     # At any speed rank 0 still waits the 10 ms rank 1 was late.
     assert step_ns[0, 2] / MS == pytest.approx(80, abs=1e-3)
+
+
+def stream_wait_run(tmp_path, recorded: bool) -> Warehouse:
+    """Two GPUs on two hosts, 1 Gbit/s, one step: a matmul on stream 7 (0.2-10.2 ms), then a 1.25 MB
+    all-reduce on stream 40 (10.2-20.2 ms, all transfer at the line rate), which stream 7 waits for
+    before its last matmul (20.2-25.2 ms), while stream 8 computes beside both (10.3-22 ms). With
+    `recorded`, the trace holds the waits as Kineto's `cuda_sync` events record them."""
+    ranks = []
+    for rank in (0, 1):
+        ranks.append(Rank(rank, f"host-{rank}", [(1, 0, 30_000)], [
+            Kernel(200, 10_000, launch_us=150),
+            Kernel(10_200, 10_000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "allreduce", 312_500, seq=1, stream=40,
+                   launch_us=5_000, waits_for=0 if recorded else None),
+            Kernel(10_300, 11_700, stream=8, launch_us=5_100),
+            Kernel(20_200, 5_000, stream=7, launch_us=5_200, waits_for=1 if recorded else None),
+        ]))
+    store = Warehouse(tmp_path / ("recorded" if recorded else "timeline") / "warehouse")
+    store.ensure()
+    ingest_directly(store, write_run(store.root.parent / "run", ranks, 2), "r", overrides={"link_gbps": 1})
+    return store
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_kernel_that_waited_for_a_collectives_event_moves_with_it(tmp_path, recorded):
+    """Worked by hand. At 0.5 Gbit/s the all-reduce ends at 30.2 ms and the last matmul, which waited
+    for its event, with it at 35.2: the step is 10 ms longer. At 2 Gbit/s it ends at 15.2, the last
+    matmul at 20.2, and stream 8's at 22: 3.2 ms shorter. Through the waits the trace records, the
+    replay finds both. Without them the device was never idle waiting, so the timeline's replay
+    keeps the rank's shift: the step's end, 5 ms after the all-reduce, absorbs 5 ms of a slower link,
+    and a faster one saves nothing."""
+    store = stream_wait_run(tmp_path, recorded)
+    rows = {row["bandwidth_gbps"]: row for row in table_rows(
+        store, "SELECT bandwidth_gbps, step_ns, scenario FROM whatif WHERE model = 'replay' AND ranks = 2 "
+               "AND compression = 1 AND transfers = 'achieved'")}
+    measured = table_rows(store, "SELECT step_ns FROM step_breakdown")
+    assert {row["step_ns"] for row in measured} == {rows[1.0]["step_ns"]}
+    own = rows[1.0]["step_ns"]
+    slower, faster = (json.loads(wirespeed("whatif", "r", "--warehouse", str(store.root), "--ranks", "2", "--bandwidth",
+                                           f"{gbps:g}", "--compression", "1", "--format", "json").stdout)[0]
+                      for gbps in (0.5, 2.0))
+    moved = (slower["step_ms"] - own / MS, faster["step_ms"] - own / MS)
+    print(f"recorded={recorded}: step {own / MS:.1f} ms, at 0.5 Gbit/s {moved[0]:+.2f} ms, at 2 Gbit/s {moved[1]:+.2f} ms")
+    if recorded:
+        assert moved == pytest.approx((10, -3.2), abs=0.01)
+        assert rows[1.0]["scenario"] == "replay of 2 rank-steps, 2 of them through the waits their traces record"
+    else:
+        assert moved == pytest.approx((5, 0), abs=0.01)
+        assert rows[1.0]["scenario"] == "replay of 2 rank-steps"
 
 
 collective_case = st.tuples(st.floats(0, 80), st.floats(0.5, 30), st.floats(0, 20), st.floats(0, 10), st.booleans(),
