@@ -77,6 +77,9 @@
 --   scope_source VARCHAR  'nccl connections', 'hosts' or 'unknown'.
 --   transport VARCHAR  The transports of its communicator's links (e.g. 'NET/IBext_v8, P2P'),
 --       where the NCCL logs say.
+--   nics VARCHAR  The NICs its communicator's network links left this rank's process by (NCCL's
+--       indices, as `via NET/IB/<nic>` names them), comma-separated; NULL where the logs do not
+--       say. A host's ranks on NICs of their own (rail-optimised) do not share a network link.
 --   collective_key VARCHAR  The same on every rank's instance of one collective (see collective_sync).
 WITH timelines AS (
   SELECT DISTINCT rank, timeline FROM _activity
@@ -207,6 +210,14 @@ comm_links AS (
   WHERE comm_id IS NOT NULL
   GROUP BY comm_id
 ),
+comm_nics AS (
+  -- The NICs each process's links of a communicator went through (`via NET/<plugin>/<nic>/...`).
+  SELECT comm_id, host, pid,
+    string_agg(DISTINCT split_part(detail, '/', 3), ',' ORDER BY split_part(detail, '/', 3)) AS nics
+  FROM nccl_connections
+  WHERE comm_id IS NOT NULL AND transport = 'NET' AND split_part(detail, '/', 3) <> ''
+  GROUP BY ALL
+),
 members AS (
   SELECT pg_name, unnest(members) AS member
   FROM (
@@ -233,6 +244,7 @@ with_comm AS (
     c.comm_id,
     l.crosses_hosts,
     l.transport,
+    x.nics,
     CASE WHEN w.peer IS NULL THEN h.scope WHEN p.host = q.host THEN 'intra' WHEN q.host IS NULL THEN 'unknown' ELSE 'inter' END
       AS host_scope
   FROM with_step AS w
@@ -242,6 +254,7 @@ with_comm AS (
   LEFT JOIN comms_in_order AS c
     ON c.host = p.host AND c.pid = p.pid AND c.nranks = w.group_size AND c.k = coalesce(g.k, 0)
   LEFT JOIN comm_links AS l ON l.comm_id = c.comm_id
+  LEFT JOIN comm_nics AS x ON x.comm_id = c.comm_id AND x.host = p.host AND x.pid = p.pid
   LEFT JOIN host_scope AS h ON h.pg_name = w.pg
 ),
 keyed AS (
@@ -304,6 +317,7 @@ SELECT
     ELSE coalesce(host_scope, 'unknown')
   END AS scope,
   CASE WHEN crosses_hosts IS NOT NULL THEN 'nccl connections' WHEN host_scope IS NOT NULL THEN 'hosts' ELSE 'unknown' END AS scope_source,
-  transport
+  transport,
+  nics
 FROM keyed
 ORDER BY rank, start_ns

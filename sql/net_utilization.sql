@@ -9,8 +9,11 @@
 -- bus-bandwidth bytes (factor x S: what a rank sends in the ring model), spread evenly over its
 -- transfer (the last transfer_ns before it ended on that host) and binned into windows of the
 -- sampling interval (100 ms when the run has no samples). An inter-node collective counts once per
--- host, as traffic through the host's NIC (interface 'network'); an intra-node one counts for each
--- of the host's ranks, as traffic inside the host (interface 'intra-host'). Windows with no
+-- host, as traffic through the host's NIC (interface 'network'), or through the NICs its NCCL logs
+-- name (interface 'nic <n>[,<m>...]', compared with their rates together: on a host with a NIC
+-- per GPU, each GPU's own; see collectives.nics);
+-- an intra-node one counts for each of the host's ranks, as traffic inside the host (interface
+-- 'intra-host'). Windows with no
 -- traffic over the ranks' activity are included, with zero.
 --
 -- Grain: one row per run, host, source, interface and time window.
@@ -19,7 +22,8 @@
 --   run_id VARCHAR  The run.
 --   host VARCHAR  Host.
 --   source VARCHAR  'counters' (sampled) or 'collectives' (derived from the traces).
---   interface VARCHAR  Interface or port sampled; 'network' or 'intra-host' for derived traffic.
+--   interface VARCHAR  Interface or port sampled; 'network', 'nic <n>[,<m>...]' or 'intra-host'
+--       for derived traffic.
 --   window_start_ns BIGINT  Start of the window, ns since the Unix epoch.
 --   window_end_ns BIGINT  End of the window.
 --   rx_bytes BIGINT  Bytes received in the window.
@@ -62,7 +66,7 @@ host_traffic AS (
   -- Inter-node: once per host (max over its ranks); intra-node: every rank of the host.
   SELECT
     h.host,
-    CASE WHEN b.scope = 'intra' THEN 'intra-host' ELSE 'network' END AS interface,
+    CASE WHEN b.scope = 'intra' THEN 'intra-host' ELSE coalesce('nic ' || c.nics, 'network') END AS interface,
     b.collective_key,
     CASE WHEN b.scope = 'intra' THEN sum(b.bytes * busbw_factor(b.op, b.group_size))
          ELSE max(b.bytes * busbw_factor(b.op, b.group_size)) END AS bytes,
@@ -70,8 +74,9 @@ host_traffic AS (
     max(b.start_ns + b.dur_ns) AS transfer_end_ns
   FROM collective_bw AS b
   JOIN rank_hosts AS h USING (rank)
+  LEFT JOIN collectives AS c USING (rank, collective_key)
   WHERE b.bytes * busbw_factor(b.op, b.group_size) > 0
-  GROUP BY h.host, b.scope, b.collective_key
+  GROUP BY h.host, b.scope, c.nics, b.collective_key
 ),
 traffic_windows AS (
   SELECT
@@ -125,8 +130,10 @@ SELECT
   s.tx_bytes,
   8.0 * s.rx_bytes / (s.window_end_ns - s.window_start_ns) AS rx_gbps,
   8.0 * s.tx_bytes / (s.window_end_ns - s.window_start_ns) AS tx_gbps,
-  CASE WHEN s.interface IN (l.link_interface, 'network') THEN l.link_gbps END AS link_gbps,
+  CASE WHEN s.interface IN (l.link_interface, 'network') THEN l.link_gbps
+       WHEN starts_with(s.interface, 'nic ') THEN l.link_gbps * len(string_split(s.interface, ',')) END AS link_gbps,
   8.0 * greatest(s.rx_bytes, s.tx_bytes) / (s.window_end_ns - s.window_start_ns)
-    / CASE WHEN s.interface IN (l.link_interface, 'network') THEN l.link_gbps END AS utilization
+    / CASE WHEN s.interface IN (l.link_interface, 'network') THEN l.link_gbps
+           WHEN starts_with(s.interface, 'nic ') THEN l.link_gbps * len(string_split(s.interface, ',')) END AS utilization
 FROM series AS s, links AS l
 ORDER BY s.host, s.source, s.interface, s.window_start_ns

@@ -13,7 +13,7 @@
 --   run_id VARCHAR  The run.
 --   host VARCHAR  Host.
 --   source VARCHAR  'counters' or 'collectives' (see net_utilization).
---   interface VARCHAR  Interface, or 'network' / 'intra-host' for derived traffic.
+--   interface VARCHAR  Interface, or 'network' / 'nic <n>' / 'intra-host' for derived traffic.
 --   windows BIGINT  Windows measured.
 --   bytes BIGINT  Bytes moved in the busier direction, over all windows.
 --   mean_gbps DOUBLE  Mean throughput of the busier direction, Gbit/s.

@@ -5,8 +5,9 @@
 -- ended when it completed. A collective (matched across ranks, `collective_sync`) begins when its
 -- last rank arrives (`begin_ns`) and ends at `collective_end_ns`. Its time is told apart into what
 -- a faster link shortens in proportion (`transfer_ns`) and what it does not (`rest_ns`), per
--- link (`channel`): the ranks of one host share its network link, as `runs.link_gbps` is the
--- host's; within a host each rank has its own. Collectives whose begin-to-end spans overlap on one
+-- link (`channel`): the ranks of one host share its network link, as `runs.link_gbps` is a
+-- NIC's, unless their NCCL logs put them on NICs of their own (`collectives.nics`: a host with a
+-- NIC per GPU); within a host each rank has its own. Collectives whose begin-to-end spans overlap on one
 -- link form a busy period. They shared the link, so each takes the part of the period's length
 -- that its bits, 8 S f, are of the period's bits (the least such part it has on any of its links;
 -- equal parts where a size is unknown; f is the bus-bandwidth factor of its op and group size, the
@@ -51,7 +52,8 @@
 --   traffic_factor DOUBLE  The bus-bandwidth factor f: what each rank sends, as a multiple of S.
 --   link_gbps DOUBLE  Line rate of the collective's link in the run, Gbit/s; NULL when unknown.
 --   channel VARCHAR  Whose link it is: 'host <name>' for the network (the host's ranks share its
---       link), 'rank <n>' for the link within a host or where the host is unknown.
+--       link), 'host <name> nic <n>[,<m>...]' where the NCCL logs name the NICs (the ranks on
+--       those NICs share them), 'rank <n>' for the link within a host or where the host is unknown.
 --   start_ns BIGINT  When this rank arrived (its instance's start), ns since the Unix epoch.
 --   end_ns BIGINT  When its instance ended.
 --   begin_ns BIGINT  When the collective's last rank arrived.
@@ -87,7 +89,8 @@ instances AS (
     CASE WHEN c.scope = 'intra' THEN 'intra' ELSE 'network' END AS link,
     c.start_ns, c.end_ns, s.last_start_ns AS begin_ns, s.end_ns AS collective_end_ns,
     coalesce(h.host, 'rank ' || c.rank) AS host,
-    CASE WHEN c.scope = 'intra' OR h.host IS NULL THEN 'rank ' || c.rank ELSE 'host ' || h.host END AS channel
+    CASE WHEN c.scope = 'intra' OR h.host IS NULL THEN 'rank ' || c.rank
+         ELSE 'host ' || h.host || coalesce(' nic ' || c.nics, '') END AS channel
   FROM collectives AS c
   JOIN collective_sync AS s USING (collective_key)
   LEFT JOIN dimensions AS d ON d.pg = c.pg

@@ -42,17 +42,22 @@ class Rank:
     steps: list[tuple[int, float, float]]  # (step number, start us, duration us) on the CPU
     kernels: list[Kernel] = field(default_factory=list)
     cpu_ops: list[tuple[str, float, float]] = field(default_factory=list)  # (name, start us, duration us)
+    pid: int = 10  # its process, as its NCCL log lines name it
 
 
-def write_run(folder: Path, ranks: list[Rank], world_size: int, pg_ranks: list[int] | None = None) -> Path:
+def write_run(folder: Path, ranks: list[Rank], world_size: int, pg_ranks: list[int] | None = None,
+              groups: dict[str, list[int]] | None = None) -> Path:
+    """Each rank's trace file; `groups` are process groups beside the default one (name: ranks),
+    which a rank's trace lists where it is a member, as PyTorch does."""
     folder.mkdir(parents=True, exist_ok=True)
+    members = {"0": pg_ranks or list(range(world_size)), **(groups or {})}
     for rank in ranks:
         events = []
         for number, start, dur in rank.steps:
-            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": 10, "tid": 10,
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": rank.pid, "tid": 10,
                            "ts": start, "dur": dur, "args": {"External id": number}})
         for name, start, dur in rank.cpu_ops:
-            events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 10, "tid": 11, "ts": start, "dur": dur, "args": {}})
+            events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": rank.pid, "tid": 11, "ts": start, "dur": dur, "args": {}})
         for index, kernel in enumerate(rank.kernels):
             correlation = 1000 + index
             args = {"correlation": correlation, "stream": kernel.stream, "device": 0, "External id": 5000 + index}
@@ -61,7 +66,7 @@ def write_run(folder: Path, ranks: list[Rank], world_size: int, pg_ranks: list[i
                     "Collective name": kernel.collective, "In msg nelems": kernel.nelems, "Out msg nelems": kernel.nelems,
                     "Group size": kernel.group_size, "dtype": kernel.dtype, "Process Group Name": kernel.pg,
                     "Process Group Description": kernel.pg_desc or ("default_pg" if kernel.pg == "0" else "custom"),
-                    "Process Group Ranks": json.dumps(pg_ranks or list(range(world_size))),
+                    "Process Group Ranks": json.dumps(members.get(kernel.pg, members["0"])),
                 })
                 if kernel.seq is not None:
                     args["Seq"] = kernel.seq
@@ -69,7 +74,7 @@ def write_run(folder: Path, ranks: list[Rank], world_size: int, pg_ranks: list[i
                     args["Comms Id"] = kernel.comms_id
             # The launch happens on the CPU inside the step, a little before the kernel runs.
             launch = kernel.launch_us if kernel.launch_us is not None else _launch_time(rank, kernel.start_us)
-            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 10,
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": rank.pid, "tid": 10,
                            "ts": launch, "dur": 1, "args": {"correlation": correlation}})
             events.append({"ph": "X", "cat": "kernel", "name": kernel.name, "pid": 0, "tid": kernel.stream,
                            "ts": kernel.start_us, "dur": kernel.dur_us, "args": args})
@@ -78,8 +83,9 @@ def write_run(folder: Path, ranks: list[Rank], world_size: int, pg_ranks: list[i
         trace = {
             "schemaVersion": 1,
             "distributedInfo": {"backend": "nccl", "rank": rank.rank, "world_size": world_size,
-                                "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                                               "pg_size": world_size, "ranks": pg_ranks or list(range(world_size))}]},
+                                "pg_config": [{"pg_name": name, "pg_desc": "default_pg" if name == "0" else "custom",
+                                               "backend_config": "cuda:nccl", "pg_size": len(ranks_of), "ranks": ranks_of}
+                                              for name, ranks_of in members.items() if rank.rank in ranks_of]},
             "host_name": rank.host,
             "traceEvents": events,
             "baseTimeNanoseconds": BASE_NS,
@@ -97,9 +103,9 @@ def _stream_wait(rank: Rank, index: int, kernel: Kernel, launch_us: float) -> li
     recorded_at = (awaited.launch_us if awaited.launch_us is not None else _launch_time(rank, awaited.start_us)) + 0.5
     record, wait = 3000 + kernel.waits_for, 4000 + index
     return [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaEventRecord", "pid": 10, "tid": 10, "ts": recorded_at, "dur": 0.2,
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaEventRecord", "pid": rank.pid, "tid": 10, "ts": recorded_at, "dur": 0.2,
          "args": {"correlation": record}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamWaitEvent", "pid": 10, "tid": 10, "ts": launch_us - 0.5,
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamWaitEvent", "pid": rank.pid, "tid": 10, "ts": launch_us - 0.5,
          "dur": 0.2, "args": {"correlation": wait}},
         {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": kernel.stream, "ts": launch_us - 0.5,
          "dur": 0.1, "args": {"cuda_sync_kind": "Stream Wait Event", "wait_on_stream": awaited.stream,
@@ -117,3 +123,22 @@ def _launch_time(rank: Rank, kernel_start: float) -> float:
 def ns(us: float) -> int:
     """An absolute time in ns for a time in us from the base."""
     return BASE_NS + round(us * 1000)
+
+
+def write_nccl_logs(folder: Path, ranks: list[Rank], groups: dict[str, list[int]], nics: dict[int, int]) -> None:
+    """An NCCL 2.18-style log per rank's process: each of its groups' communicators (commId from the
+    group's name), and its link to the group's next rank over the network through NIC `nics[rank]`."""
+    logs = folder / "nccl"
+    logs.mkdir(parents=True, exist_ok=True)
+    for rank in ranks:
+        prefix = f"{rank.host}:{rank.pid}:{rank.pid + 1} [0] NCCL INFO"
+        lines = [f"{prefix} NCCL version 2.18.3+cuda12.2"]
+        for index, (name, members) in enumerate(groups.items()):
+            if rank.rank not in members:
+                continue
+            me, n = members.index(rank.rank), len(members)
+            comm = f"comm 0x{index + 1:x}0 rank {me} nranks {n} cudaDev 0 busId 1000 commId 0x{name.encode().hex()}"
+            lines.append(f"{prefix} {comm} - Init START")
+            lines.append(f"{prefix} Channel 00/0 : {me}[0] -> {(me + 1) % n}[0] [send] via NET/IB/{nics[rank.rank]}/GDRDMA")
+            lines.append(f"{prefix} {comm} - Init COMPLETE")
+        (logs / f"nccl.{rank.host}.{rank.pid}.log").write_text("\n".join(lines) + "\n")

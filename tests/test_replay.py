@@ -14,7 +14,7 @@ from conftest import ingest_directly, table_rows, wirespeed
 from pipelines import sql
 from pipelines.replay import Cell, Model, Replay, Scenario, busbw_factors
 from pipelines.warehouse import Warehouse
-from synthetic import Kernel, Rank, write_run
+from synthetic import Kernel, Rank, write_nccl_logs, write_run
 
 MS = 1_000_000
 
@@ -211,6 +211,53 @@ def test_a_kernel_that_waited_for_a_collectives_event_moves_with_it(tmp_path, re
     else:
         assert moved == pytest.approx((5, 0), abs=0.01)
         assert rows[1.0]["scenario"] == "replay of 2 rank-steps"
+
+
+def rail_run(tmp_path, nics: dict[int, int]) -> Warehouse:
+    """Two hosts of two GPUs, 1 Gbit/s a NIC. Groups a (ranks 0 and 2) and b (1 and 3) each all-reduce
+    1.25 MB at once, 10.2-20.2 ms, while every rank waits; the NCCL logs say which NIC each rank's
+    communicator went through (`nics`)."""
+    groups = {"a": [0, 2], "b": [1, 3]}
+    ranks = [Rank(rank, f"host-{rank // 2}", [(1, 0, 30_000)], [
+        Kernel(200, 10_000, launch_us=150),
+        Kernel(10_200, 10_000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "allreduce", 312_500, seq=1, stream=40,
+               launch_us=5_000, pg="a" if rank in groups["a"] else "b"),
+        Kernel(20_200, 5_000, launch_us=5_200),
+    ], pid=100 + rank) for rank in range(4)]
+    folder = tmp_path / "-".join(map(str, nics.values())) / "run"
+    write_run(folder, ranks, 4, groups=groups)
+    write_nccl_logs(folder, ranks, groups, nics)
+    store = Warehouse(folder.parent / "warehouse")
+    store.ensure()
+    ingest_directly(store, folder, "r", overrides={"link_gbps": 1})
+    return store
+
+
+@pytest.mark.parametrize("nics", [{0: 0, 1: 1, 2: 0, 3: 1}, {0: 0, 1: 0, 2: 0, 3: 0}])
+def test_ranks_on_nics_of_their_own_do_not_queue(tmp_path, nics):
+    """Each rank's network link is the NIC its NCCL log names, which a host's ranks share only where
+    they went through the same one. Worked by hand, on a NIC each (rail-optimised): each
+    all-reduce had its NIC's line rate, so at 0.5 Gbit/s each takes 20 ms, every step 10 ms longer,
+    and at 2 Gbit/s 5 ms, 5 ms shorter. Replayed on one link per host, as before the NICs were
+    read, the two took 5 ms of it each and queued: +7.5 and -3.75 ms against the replay at 1 Gbit/s."""
+    store = rail_run(tmp_path, nics)
+    channels = {(row["rank"], row["channel"]) for row in table_rows(store, "SELECT rank, channel FROM whatif_inputs")}
+    assert channels == {(rank, f"host host-{rank // 2} nic {nic}") for rank, nic in nics.items()}
+    # Each NIC carried its own all-reduce at its line rate, no more.
+    used = table_rows(store, "SELECT interface, max(utilization) AS peak FROM net_utilization "
+                             "WHERE source = 'collectives' GROUP BY interface")
+    assert {row["interface"] for row in used} == {f"nic {nic}" for nic in nics.values()}
+    if len(set(nics.values())) > 1:
+        assert all(row["peak"] <= 1 + 1e-9 for row in used), used
+    if len(set(nics.values())) == 1:
+        return
+    own = table_rows(store, "SELECT step_ns FROM whatif WHERE model = 'replay' AND ranks = 4 AND bandwidth_gbps = 1 "
+                            "AND compression = 1 AND transfers = 'achieved'")[0]["step_ns"]
+    found = tuple(json.loads(wirespeed("whatif", "r", "--warehouse", str(store.root), "--ranks", "4", "--bandwidth",
+                                       f"{gbps:g}", "--compression", "1", "--format", "json").stdout)[0]["step_ms"] - own / MS
+                  for gbps in (0.5, 2.0))
+    print(f"NICs {nics}: step {own / MS:.1f} ms, at 0.5 Gbit/s {found[0]:+.2f} ms, at 2 Gbit/s {found[1]:+.2f} ms")
+    assert own == 25 * MS and found == pytest.approx((10, -5), abs=0.01)
 
 
 collective_case = st.tuples(st.floats(0, 80), st.floats(0.5, 30), st.floats(0, 20), st.floats(0, 10), st.booleans(),
