@@ -10,11 +10,10 @@
 -- transfer (the last transfer_ns before it ended on that host) and binned into windows of the
 -- sampling interval (100 ms when the run has no samples). An inter-node collective counts once per
 -- host, as traffic through the host's NIC (interface 'network'), or through the NICs its NCCL logs
--- name (interface 'nic <n>[,<m>...]', compared with their rates together: on a host with a NIC
--- per GPU, each GPU's own; see collectives.nics);
--- an intra-node one counts for each of the host's ranks, as traffic inside the host (interface
--- 'intra-host'). Windows with no
--- traffic over the ranks' activity are included, with zero.
+-- name (interface 'nic <n>[,<m>...]', judged against their rates together: on a host with a NIC
+-- per GPU, each GPU's own; see collectives.nics); an intra-node one counts for each of the host's
+-- ranks, as traffic inside the host (interface 'intra-host'). Windows with no traffic over the
+-- ranks' activity are included, with zero.
 --
 -- Grain: one row per run, host, source, interface and time window.
 --
@@ -30,8 +29,9 @@
 --   tx_bytes BIGINT  Bytes sent in the window.
 --   rx_gbps DOUBLE  Receive throughput, Gbit/s.
 --   tx_gbps DOUBLE  Send throughput, Gbit/s.
---   link_gbps DOUBLE  Line rate the window is compared with; NULL for interfaces other than the
---       run's link, or when it is unknown.
+--   link_gbps DOUBLE  Line rate the window is compared with (for 'nic' interfaces, the run's
+--       line rate times their number); NULL for interfaces other than the run's link, or when it is
+--       unknown.
 --   utilization DOUBLE  The busier direction's throughput over link_gbps.
 WITH links AS (
   SELECT any_value(link_gbps) AS link_gbps, any_value(link_interface) AS link_interface FROM runs
