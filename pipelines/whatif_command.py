@@ -125,7 +125,7 @@ def _replayed(con, args, targets) -> list[dict]:
             "scaling_factor": result["scaling_factor"],
             "compute_ms": result["compute_ns"] / 1e6,
             "collectives": result["collectives"],
-            "scenario": f"replay of {len(model.replay.step_ns)} rank-steps",
+            "scenario": model.scenario_text(),
             "exposed_ms_by_dimension": exposed,
             "min_compression": {t: r["min_compression"] for t, r in overall.items()},
             "min_bandwidth_gbps": {t: r["min_bandwidth_gbps"] for t, r in overall.items()},

@@ -205,12 +205,9 @@ def test_a_kernel_that_waited_for_a_collectives_event_moves_with_it(tmp_path, re
                       for gbps in (0.5, 2.0))
     moved = (slower["step_ms"] - own / MS, faster["step_ms"] - own / MS)
     print(f"recorded={recorded}: step {own / MS:.1f} ms, at 0.5 Gbit/s {moved[0]:+.2f} ms, at 2 Gbit/s {moved[1]:+.2f} ms")
-    if recorded:
-        assert moved == pytest.approx((10, -3.2), abs=0.01)
-        assert rows[1.0]["scenario"] == "replay of 2 rank-steps, 2 of them through the waits their traces record"
-    else:
-        assert moved == pytest.approx((5, 0), abs=0.01)
-        assert rows[1.0]["scenario"] == "replay of 2 rank-steps"
+    said = "replay of 2 rank-steps, 2 of them through the waits their traces record" if recorded else "replay of 2 rank-steps"
+    assert rows[1.0]["scenario"] == slower["scenario"] == said
+    assert moved == pytest.approx((10, -3.2) if recorded else (5, 0), abs=0.01)
 
 
 def rail_run(tmp_path, nics: dict[int, int]) -> Warehouse:
