@@ -139,7 +139,6 @@ class Replay:
         self.first_rows = first
         self.begins = (r["begin_ns"][first] - base).astype(float)
         measured = (r["collective_end_ns"][first] - r["begin_ns"][first]).astype(float)
-        self.measured = measured
         channel_ids: dict[tuple, int] = {}
         links: list[list[int]] = [[] for _ in range(self.collectives)]
         for i, c in enumerate(collective):
@@ -286,8 +285,10 @@ class Replay:
             else:
                 step_ns[event[3]] += shift[event[4]] - opened[event[3]]
         if self.graphs:
-            ratio = {key: duration[c] / self.measured[c] if self.measured[c] > 0 else np.ones(width)
-                     for c, key in enumerate(self.keys)}
+            # Each collective's replayed time over its time at the run's own link (its share of
+            # the link, where collectives shared one): those that shared a link stretch together.
+            own = self.transfer[self.first_rows] + self.rest[self.first_rows]
+            ratio = {key: duration[c] / own[c] if own[c] > 0 else np.ones(width) for c, key in enumerate(self.keys)}
             for graph, ranks in self.graphs:
                 moved = graph.shifts(defaultdict(lambda: np.ones(width), ratio), width)
                 for rank, k in ranks.items():

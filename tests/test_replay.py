@@ -210,6 +210,35 @@ def test_a_kernel_that_waited_for_a_collectives_event_moves_with_it(tmp_path, re
     assert moved == pytest.approx((10, -3.2) if recorded else (5, 0), abs=0.01)
 
 
+def test_collectives_that_shared_a_link_stretch_together_through_the_recorded_waits(tmp_path):
+    """Worked by hand. Two all-reduces of 1.25 MB on two streams share the 1 Gbit/s link, one from
+    10.2 to 30.2 ms, the other from 10.25 to 30.15 (two groups of the same two ranks); the last
+    matmul waits for the first one's event. Each had half the link, so at the run's own rate the
+    replay gives back the 35 ms step; at 0.5 Gbit/s the first ends at 50.2 ms and the step is 20 ms
+    longer; at 2 Gbit/s it ends at 20.2 and the step is 10 ms shorter. With each collective's
+    replayed time over its whole measured time, its share taken for all of it, the run's own rate
+    gave 25 ms."""
+    ranks = [Rank(rank, f"host-{rank}", [(1, 0, 40_000)], [
+        Kernel(200, 10_000, launch_us=150),
+        Kernel(10_200, 20_000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "allreduce", 312_500, seq=1, stream=40,
+               launch_us=5_000, waits_for=0),
+        Kernel(10_250, 19_900, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "allreduce", 312_500, seq=1, stream=41,
+               launch_us=5_050, pg="1", waits_for=0),
+        Kernel(30_200, 5_000, stream=7, launch_us=5_200, waits_for=1),
+    ]) for rank in (0, 1)]
+    folder = tmp_path / "run"
+    write_run(folder, ranks, 2, groups={"1": [0, 1]})
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, folder, "r", overrides={"link_gbps": 1})
+    found = {gbps: json.loads(wirespeed("whatif", "r", "--warehouse", str(store.root), "--ranks", "2", "--bandwidth",
+                                        f"{gbps:g}", "--compression", "1", "--format", "json").stdout)[0]
+             for gbps in (1.0, 0.5, 2.0)}
+    print({gbps: row["step_ms"] for gbps, row in found.items()})
+    assert "2 of them through the waits" in found[1.0]["scenario"]
+    assert [found[gbps]["step_ms"] for gbps in (1.0, 0.5, 2.0)] == pytest.approx([35, 55, 25], abs=0.01)
+
+
 def rail_run(tmp_path, nics: dict[int, int]) -> Warehouse:
     """Two hosts of two GPUs, 1 Gbit/s a NIC. Groups a (ranks 0 and 2) and b (1 and 3) each all-reduce
     1.25 MB at once, 10.2-20.2 ms, while every rank waits; the NCCL logs say which NIC each rank's
