@@ -398,19 +398,7 @@ def longest_paths(edges: list[Edge], ranks: Iterable[int | None]) -> dict[int | 
     ids: dict[Hashable, int] = {}
     source = [ids.setdefault(edge.source, len(ids)) for edge in edges]
     target = [ids.setdefault(edge.target, len(ids)) for edge in edges]
-    leaving: list[list[int]] = [[] for _ in ids]
-    indegree = [0] * len(ids)
-    for index, (s, t) in enumerate(zip(source, target)):
-        leaving[s].append(index)
-        indegree[t] += 1
-    roots = [node for node, count in enumerate(indegree) if count == 0]
-    ready, order = list(roots), []
-    while ready:
-        for index in leaving[ready.pop()]:
-            order.append(index)
-            indegree[target[index]] -= 1
-            if indegree[target[index]] == 0:
-                ready.append(target[index])
+    order, roots = edge_order(source, target, len(ids))
     weights = [max(edge.weight, 0) for edge in edges]
     step = [(weight << _LENGTH_SHIFT) + 1 for weight in weights]
     node_ranks = [node_rank(node) for node in ids]
@@ -434,6 +422,25 @@ def longest_paths(edges: list[Edge], ranks: Iterable[int | None]) -> dict[int | 
                 node = source[via[node]]
         paths[rank] = path[::-1]
     return paths
+
+
+def edge_order(source: list[int], target: list[int], nodes: int) -> tuple[list[int], list[int]]:
+    """The edges (by index) in an order where every edge into a node comes before every edge out
+    of it (Kahn's), and the nodes no edge enters."""
+    leaving: list[list[int]] = [[] for _ in range(nodes)]
+    indegree = [0] * nodes
+    for index, (s, t) in enumerate(zip(source, target)):
+        leaving[s].append(index)
+        indegree[t] += 1
+    roots = [node for node, count in enumerate(indegree) if count == 0]
+    ready, order = list(roots), []
+    while ready:
+        for index in leaving[ready.pop()]:
+            order.append(index)
+            indegree[target[index]] -= 1
+            if indegree[target[index]] == 0:
+                ready.append(target[index])
+    return order, roots
 
 
 def longest_path(edges: list[Edge], rank: int | None = None) -> list[Edge]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from pipelines.critical_path import TRANSFER, WAIT
+from pipelines.critical_path import TRANSFER, WAIT, edge_order
 
 # The steps whose every rank's trace records its waits, and their graphs (see step_critical_path's
 # sync_recorded): a step with ranks that do not is replayed as a timeline.
@@ -119,7 +119,7 @@ def _step_graph(rows: dict[str, list], indexes: list[int]) -> StepGraph:
             target.append(begin_of[begun_key[t]])
             weight.append(0)
             keys.append(None)
-    order = _topological(source, target, len(ids))
+    order, _ = edge_order(source, target, len(ids))
     source = [source[i] for i in order]
     target = [target[i] for i in order]
     weights = np.array([weight[i] for i in order], dtype=float)
@@ -152,20 +152,3 @@ def _step_graph(rows: dict[str, list], indexes: list[int]) -> StepGraph:
     return StepGraph(source, target, weights, transfer_key, time, residual, fixed, moving, dict(end),
                      dict(still_end), dict(moving_points))
 
-
-def _topological(source: list[int], target: list[int], nodes: int) -> list[int]:
-    """The edges in an order where every edge into a node comes before every edge out of it."""
-    leaving: list[list[int]] = [[] for _ in range(nodes)]
-    indegree = [0] * nodes
-    for index, (s, t) in enumerate(zip(source, target)):
-        leaving[s].append(index)
-        indegree[t] += 1
-    ready = [n for n in range(nodes) if indegree[n] == 0]
-    order: list[int] = []
-    while ready:
-        for index in leaving[ready.pop()]:
-            order.append(index)
-            indegree[target[index]] -= 1
-            if indegree[target[index]] == 0:
-                ready.append(target[index])
-    return order
