@@ -134,7 +134,9 @@ def test_one_link_carries_one_collective_at_a_time(factors):
 def test_the_ranks_of_a_host_share_its_network_link(factors):
     """Ranks 0 and 1 of host a send 10-50 ms to ranks 2 and 3 of host b, which wait for them: two
     transfers of 20 ms on one link at once. Replayed, they take the link in turn: at 1 Gbit/s p0
-    ends at 30 and p1 at 50, at 0.5 at 50 and 90; a link per rank would end both together."""
+    ends at 30 and p1 at 50, at 0.5 at 50 and 90, so at 0.5 Gbit/s rank 2's step grows by 20 ms
+    and rank 3's by 40 (the run's own rate gives back the run); a link per rank would end both
+    together, each step 20 ms longer."""
     rows = []
     for pair, (sender, receiver) in enumerate(((0, 2), (1, 3))):
         common = {"step": 1, "collective_key": f"p{pair}", "start_ns": 10, "end_ns": 50, "begin_ns": 10,
@@ -143,7 +145,7 @@ def test_the_ranks_of_a_host_share_its_network_link(factors):
         rows.append({**common, "rank": receiver, "op": "recv", "channel": "host b", "waited_ns": 40})
     replay = Replay(inputs(rows), steps(100, 40, ranks=4), factors)
     step_ns, _ = replay.run([Scenario(1.0), Scenario(0.5)])
-    assert (step_ns / MS).tolist() == [[100, 100], [100, 100], [80, 100], [100, 140]]
+    assert (step_ns / MS).tolist() == [[100, 100], [100, 100], [100, 120], [100, 140]]
 
 
 def test_a_late_rank_is_waited_for_and_a_buffered_send_is_not(factors):
@@ -295,7 +297,8 @@ collective_case = st.tuples(st.floats(0, 80), st.floats(0.5, 30), st.floats(0, 2
 def test_a_faster_link_never_slows_a_step_and_a_slower_one_never_speeds_it(factors, cases):
     """Any collectives (begin, duration, how late rank 1 came, what no link shortens, whether the
     ranks waited for it, all-reduce or send/receive), overlapping or not: each rank-step's replayed
-    length never grows with the line rate, as achieved or at full line rate."""
+    length never grows with the line rate, as achieved or at full line rate; the run's own rate
+    gives back the run, and its full line rate never a longer step."""
     rows = []
     for k, (begin, dur, late, rest, waited, op) in enumerate(cases):
         for rank in (0, 1):
@@ -310,6 +313,7 @@ def test_a_faster_link_never_slows_a_step_and_a_slower_one_never_speeds_it(facto
         [Scenario(rate) for rate in rates] + [Scenario(rate, line_rate=True) for rate in rates])
     for achieved, at_line_rate in zip(step_ns[:, :5], step_ns[:, 5:]):
         assert (np.diff(achieved) <= 1e-6).all() and (np.diff(at_line_rate) <= 1e-6).all(), (achieved, at_line_rate)
+        assert achieved[2] == pytest.approx(120 * MS) and at_line_rate[2] <= 120 * MS + 1e-6, (achieved, at_line_rate)
 
 
 def test_whatif_refuses_the_other_models_options(shared_warehouse):
