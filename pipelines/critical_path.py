@@ -57,7 +57,7 @@ ORDER BY rank, ts_ns, dur_ns DESC
 # Each rank's part in each collective of a step, and when its last rank arrived.
 INSTANCES_QUERY = """
 SELECT c.rank, c.step, c.collective_key AS key, c.start_ns, c.end_ns, s.last_start_ns AS begin_ns,
-  coalesce(c.kernel, '') AS kernel, c.timeline = 'device' AS on_device
+  coalesce(c.kernel, '') AS kernel, coalesce(c.stream, -1) AS stream, c.timeline = 'device' AS on_device
 FROM collectives AS c
 JOIN collective_sync AS s USING (collective_key)
 WHERE c.step IS NOT NULL AND c.end_ns >= c.start_ns AND s.last_start_ns IS NOT NULL
@@ -180,7 +180,7 @@ class RankGraph:
                 if events.name[r] in LAUNCH_CALLS:
                     launches.append((r, k))
         self._issuers: tuple[np.ndarray, list[int]] | None = None
-        self._device_at: dict[tuple[int, str], int] | None = None
+        self._device_at: dict[tuple[int, str, int], int] | None = None
         # A rank without device events runs on its CPU threads alone: their time between top-level
         # operators is the training loop's own (Python), where on a device timeline it is the CPU's
         # idle time, on no path (HTA's rule).
@@ -323,11 +323,12 @@ class RankGraph:
         i = node // 2
         return int(self.e.ts[i]) if node % 2 == 0 else self.e.end(i)
 
-    def device_event(self, start_ns: int, name: str) -> int | None:
-        """The device event of this name that started then (a collective's kernel)."""
+    def device_event(self, start_ns: int, name: str, stream: int) -> int | None:
+        """The device event of this name that started then on this stream (a collective's kernel)."""
         if self._device_at is None:
-            self._device_at = {(int(self.e.ts[i]), self.e.name[i]): i for i in np.flatnonzero(self.e.on_device).tolist()}
-        return self._device_at.get((start_ns, name))
+            e = self.e
+            self._device_at = {(int(e.ts[i]), e.name[i], int(e.stream[i])): i for i in np.flatnonzero(e.on_device).tolist()}
+        return self._device_at.get((start_ns, name, stream))
 
     def issuer(self, at_ns: int) -> int | None:
         """The latest `c10d::` operator to start at or before a time: the call that issued a
@@ -467,7 +468,13 @@ class Instance:
     end_ns: int
     begin_ns: int
     kernel: str
+    stream: int  # -1 where none
     on_device: bool
+
+    @property
+    def kernel_at(self) -> tuple[int, int, str, int]:
+        """Where its kernel is: rank, start, name and stream."""
+        return self.rank, self.start_ns, self.kernel, self.stream
 
 
 def step_graph(graphs: dict[int, RankGraph], windows: dict[int, tuple[int, int]], instances: list[Instance]) -> list[Edge]:
@@ -485,18 +492,16 @@ def step_graph(graphs: dict[int, RankGraph], windows: dict[int, tuple[int, int]]
         edges += [Edge((rank, e.source), (rank, e.target), e.kind, e.weight, e.event, rank)
                   for e in graphs[rank].window(start, end)]
     instances = [x for x in instances if x.rank in windows]
-    kernel_at = {(x.rank, x.start_ns, x.kernel): graphs[x.rank].device_event(x.start_ns, x.kernel)
-                 for x in instances if x.on_device}
+    kernel_at = {x.kernel_at: graphs[x.rank].device_event(x.start_ns, x.kernel, x.stream) for x in instances if x.on_device}
     kernel_at = {at: i for at, i in kernel_at.items() if i is not None}
-    kernels = {(x.rank, kernel_at[(x.rank, x.start_ns, x.kernel)]) for x in instances
-               if x.on_device and (x.rank, x.start_ns, x.kernel) in kernel_at}
+    kernels = {(x.rank, kernel_at[x.kernel_at]) for x in instances if x.on_device and x.kernel_at in kernel_at}
     edges = [e for e in edges if not (e.kind == OPERATOR and (e.rank, e.event) in kernels and e.source == (e.rank, 2 * e.event))]
     cpu_ends: dict[int, list[tuple[int, Hashable]]] = defaultdict(list)
     last_start: dict[str, int] = defaultdict(int)
     for x in instances:
         last_start[x.key] = max(last_start[x.key], x.start_ns)
     for x in instances:
-        kernel = kernel_at.get((x.rank, x.start_ns, x.kernel)) if x.on_device else None
+        kernel = kernel_at.get(x.kernel_at) if x.on_device else None
         if x.on_device and kernel is None:
             continue
         start = (x.rank, 2 * kernel) if x.on_device else ("start", x.key, x.rank)

@@ -195,7 +195,7 @@ def test_a_rank_waits_for_a_late_rank_through_its_chain():
         graphs[rank] = critical_path.RankGraph(events(rows))
         windows[rank] = (begin * ms * 1000, 90 * ms * 1000)
         instances.append(critical_path.Instance(rank, "c", (begin + compute + 1) * ms * 1000, 71 * ms * 1000,
-                                                31 * ms * 1000, "gloo:all_reduce", False))
+                                                31 * ms * 1000, "gloo:all_reduce", -1, False))
     edges = critical_path.step_graph(graphs, windows, instances)
     paths = {rank: [(edge.kind, edge.rank, edge.weight // 1_000_000) for edge in critical_path.longest_path(edges, rank)
                     if edge.weight] for rank in (0, 1)}
@@ -205,12 +205,13 @@ def test_a_rank_waits_for_a_late_rank_through_its_chain():
 
 def test_times_stay_exact_to_the_nanosecond():
     """Nanoseconds since the epoch are past a double's precision: a collective's kernel is found by
-    its exact start."""
+    its exact start, and by its stream where two groups' kernels of one name start together."""
     start_ns = 1_716_423_322_416_788_067
-    table = pa.table({"cat": ["kernel"], "name": ["k"], "ts_ns": pa.array([start_ns], pa.int64()), "dur_ns": [5],
-                      "tid": ["7"], "stream": pa.array([7], pa.int64()), "correlation": pa.array([None], pa.int64()),
-                      "wait_on_stream": pa.array([None], pa.int64()), "wait_on_correlation": pa.array([None], pa.int64()),
-                      "on_device": [True]})
+    none = pa.array([None, None], pa.int64())
+    table = pa.table({"cat": ["kernel"] * 2, "name": ["k"] * 2, "ts_ns": pa.array([start_ns] * 2, pa.int64()),
+                      "dur_ns": [5, 9], "tid": ["7", "9"], "stream": pa.array([7, 9], pa.int64()), "correlation": none,
+                      "wait_on_stream": none, "wait_on_correlation": none, "on_device": [True] * 2})
     graph = critical_path.RankGraph(critical_path.Events.of(table))
-    assert int(graph.e.ts[0]) == start_ns and int(graph.e.correlation[0]) == -1
-    assert graph.device_event(start_ns, "k") == 0
+    first = graph.device_event(start_ns, "k", 7)
+    assert int(graph.e.ts[first]) == start_ns and int(graph.e.correlation[first]) == -1
+    assert [int(graph.e.dur[graph.device_event(start_ns, "k", stream)]) for stream in (7, 9)] == [5, 9]
