@@ -26,11 +26,10 @@ gradients, a slow rank's optimizer) delays the next; a step's replayed length on
 measured length plus how much the rank's shift grew over its window. A step whose every rank
 records its waits (`cuda_sync` events) is replayed through its graph instead
 (pipelines/graph_replay.py). Where collectives overlapped on one link, the queue's turns are not
-how the link served them, and the run's own link does not give the run back exactly (a dp x tp
-run at 1 Gbit/s replayed 6 % long, and its "full line rate" came out below "now"). So each
-rank-step's prediction is its measured length plus what the scenario changes from the replay at
-the run's own link: the run's own link gives back the run, and a faster link never a longer step
-than the run's. The recurrence is sequential in time, so it runs here, over all
+how the link served them, and the run's own link may not give the run back exactly (a dp x tp
+run at 1 Gbit/s replayed 6 % long, and its "full line rate" came out below "now"); the run is
+the measure there, so a scenario in which no collective is slower than in the run replays no step
+longer than measured, and one in which none is faster no step shorter. The recurrence is sequential in time, so it runs here, over all
 scenarios at once (numpy vectors), rather than in SQL.
 """
 
@@ -236,23 +235,29 @@ class Replay:
         return transfer + np.where(at_line_rate, self.latency[rows, None], self.rest[rows, None])
 
     def run(self, scenarios: list[Scenario], exposure: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-        """Each rank-step's predicted length (rank-steps x scenarios), and with `exposure` each row's
-        predicted exposed wait (rows x scenarios): as measured, plus the scenario's replay less the
-        replay at the run's own link (the last column replayed)."""
-        step_ns, exposed = self._replay([*scenarios, Scenario()], exposure)
-        step_ns = step_ns[:, :-1] - step_ns[:, -1:] + self.step_ns[:, None]
-        if exposure:
-            exposed = exposed[:, :-1] - exposed[:, -1:] + self.rows["waited_ns"].astype(float)[:, None]
-        return step_ns, exposed
+        """Each rank-step's replayed length (rank-steps x scenarios), and with `exposure` each row's
+        replayed exposed wait (rows x scenarios).
 
-    def _replay(self, scenarios: list[Scenario], exposure: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """Each rank-step's replayed length, and with `exposure` each row's replayed exposed wait.
+        A scenario in which no collective takes longer than at the run's own link replays no step
+        longer than the run measured it, and one in which none is shorter no step shorter: the run
+        is itself the measure at its own link, where the queue's turns may not give it back.
+        """
+        durations = self.durations(scenarios, self.first_rows)  # per collective, as its first row
+        own = (self.transfer + self.rest)[self.first_rows, None]
+        step_ns, exposed = self._replay(durations, exposure)
+        measured = self.step_ns[:, None]
+        no_slower, no_faster = (durations <= own).all(axis=0), (durations >= own).all(axis=0)
+        step_ns = np.where(no_slower, np.minimum(step_ns, measured), step_ns)
+        return np.where(no_faster, np.maximum(step_ns, measured), step_ns), exposed
+
+    def _replay(self, durations: np.ndarray, exposure: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """The replay with each collective's durations (collectives x scenarios).
 
         Per rank, its shift: replayed time minus measured time, now. The loop runs once per event
         whatever the number of scenarios, so it does as few vector operations per event as it can.
         """
-        width = len(scenarios)
-        duration = list(self.durations(scenarios, self.first_rows))  # per collective, as its first row
+        width = durations.shape[1]
+        duration = list(durations)
         step_ns = np.repeat(self.step_ns[:, None], width, axis=1)
         exposed = np.zeros((self.count, width)) if exposure else None
         zero = np.zeros(width)

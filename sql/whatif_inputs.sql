@@ -65,8 +65,8 @@
 --       CPUs were saturated, what the busy period took beyond what the host's link carried at that
 --       rate (the CPU's part); else the latency of its op on its link.
 --   latency_ns BIGINT  The part not even the full line rate removes: the latency of its op on its
---       link (the least-squares intercept); `rest_ns` less the transport's inefficiency, which the
---       full line rate removes (transfers = 'line rate').
+--       link (the least-squares intercept), at most `rest_ns`; `rest_ns` less the transport's
+--       inefficiency, which the full line rate removes (transfers = 'line rate').
 --   tied BOOLEAN  Whether this rank's instance ended with the collective.
 --   waited_ns BIGINT  How long this rank waited, exposed, for its instance to end.
 --   slack_ns BIGINT  For a tied instance that ended while the rank was busy: how long after its
@@ -219,7 +219,7 @@ SELECT
   w.link_gbps, w.channel, w.start_ns, w.end_ns, w.begin_ns, w.collective_end_ns, w.bits, w.wire_ns,
   CAST(round(w.share_ns - w.rest_share) AS BIGINT) AS transfer_ns,
   CAST(round(w.rest_share) AS BIGINT) AS rest_ns,
-  CAST(round(w.latency_share) AS BIGINT) AS latency_ns,
+  CAST(round(least(w.latency_share, w.rest_share)) AS BIGINT) AS latency_ns,
   w.tied,
   w.waited_ns,
   CASE WHEN w.tied AND NOT w.inside THEN

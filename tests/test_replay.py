@@ -134,9 +134,10 @@ def test_one_link_carries_one_collective_at_a_time(factors):
 def test_the_ranks_of_a_host_share_its_network_link(factors):
     """Ranks 0 and 1 of host a send 10-50 ms to ranks 2 and 3 of host b, which wait for them: two
     transfers of 20 ms on one link at once. Replayed, they take the link in turn: at 1 Gbit/s p0
-    ends at 30 and p1 at 50, at 0.5 at 50 and 90, so at 0.5 Gbit/s rank 2's step grows by 20 ms
-    and rank 3's by 40 (the run's own rate gives back the run); a link per rank would end both
-    together, each step 20 ms longer."""
+    ends at 30 and p1 at 50, at 0.5 at 50 and 90. Rank 2's step is then 80 ms at the run's own
+    rate and 100 at half of it; but the run measured 100 at its own rate, and no collective is
+    faster at half of it, so both stay 100, while rank 3's grows by 40 ms. A link per rank would
+    end both together, each step 20 ms longer."""
     rows = []
     for pair, (sender, receiver) in enumerate(((0, 2), (1, 3))):
         common = {"step": 1, "collective_key": f"p{pair}", "start_ns": 10, "end_ns": 50, "begin_ns": 10,
@@ -145,7 +146,7 @@ def test_the_ranks_of_a_host_share_its_network_link(factors):
         rows.append({**common, "rank": receiver, "op": "recv", "channel": "host b", "waited_ns": 40})
     replay = Replay(inputs(rows), steps(100, 40, ranks=4), factors)
     step_ns, _ = replay.run([Scenario(1.0), Scenario(0.5)])
-    assert (step_ns / MS).tolist() == [[100, 100], [100, 100], [100, 120], [100, 140]]
+    assert (step_ns / MS).tolist() == [[100, 100], [100, 100], [100, 100], [100, 140]]
 
 
 def test_a_late_rank_is_waited_for_and_a_buffered_send_is_not(factors):
