@@ -125,20 +125,39 @@ def ns(us: float) -> int:
     return BASE_NS + round(us * 1000)
 
 
+class NcclLog:
+    """One process's NCCL 2.18-style log (`NCCL_DEBUG=INFO`), written line by line as NCCL does."""
+
+    def __init__(self, host: str, pid: int, tid: int):
+        self.host, self.pid = host, pid
+        self.prefix = f"{host}:{pid}:{tid} [0] NCCL INFO"
+        self.lines = [f"{self.prefix} NCCL version 2.18.3+cuda12.2"]
+
+    def communicator(self, handle: str, rank: int, nranks: int, comm_id: str, links: list[str]) -> None:
+        """Its Init START, its links (`Channel 00/0 : ...` lines, from `via`), its Init COMPLETE."""
+        comm = f"comm {handle} rank {rank} nranks {nranks} cudaDev 0 nvmlDev 0 busId 1000 commId {comm_id}"
+        self.lines += [f"{self.prefix} {comm} - Init START", *(f"{self.prefix} Channel 00/0 : {link}" for link in links),
+                       f"{self.prefix} {comm} - Init COMPLETE"]
+
+    def all_reduce(self, handle: str, nranks: int, op_count: int, nbytes: int) -> None:
+        """A float all-reduce's COLL line."""
+        self.lines.append(f"{self.prefix} AllReduce: opCount {op_count:x} sendbuff 0x1 recvbuff 0x1 count {nbytes // 4} "
+                          f"datatype 7 op 0 root 0 comm {handle} [nranks={nranks}] stream 0x2")
+
+    def write(self, run_dir: Path) -> None:
+        folder = run_dir / "nccl"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"nccl.{self.host}.{self.pid}.log").write_text("\n".join(self.lines) + "\n")
+
+
 def write_nccl_logs(folder: Path, ranks: list[Rank], groups: dict[str, list[int]], nics: dict[int, int]) -> None:
-    """An NCCL 2.18-style log per rank's process: each of its groups' communicators (commId from the
-    group's name), and its link to the group's next rank over the network through NIC `nics[rank]`."""
-    logs = folder / "nccl"
-    logs.mkdir(parents=True, exist_ok=True)
+    """An NCCL log per rank's process: each of its groups' communicators (commId from the group's
+    name), and its link to the group's next rank over the network through NIC `nics[rank]`."""
     for rank in ranks:
-        prefix = f"{rank.host}:{rank.pid}:{rank.pid + 1} [0] NCCL INFO"
-        lines = [f"{prefix} NCCL version 2.18.3+cuda12.2"]
+        log = NcclLog(rank.host, rank.pid, rank.pid + 1)
         for index, (name, members) in enumerate(groups.items()):
-            if rank.rank not in members:
-                continue
-            me, n = members.index(rank.rank), len(members)
-            comm = f"comm 0x{index + 1:x}0 rank {me} nranks {n} cudaDev 0 busId 1000 commId 0x{name.encode().hex()}"
-            lines.append(f"{prefix} {comm} - Init START")
-            lines.append(f"{prefix} Channel 00/0 : {me}[0] -> {(me + 1) % n}[0] [send] via NET/IB/{nics[rank.rank]}/GDRDMA")
-            lines.append(f"{prefix} {comm} - Init COMPLETE")
-        (logs / f"nccl.{rank.host}.{rank.pid}.log").write_text("\n".join(lines) + "\n")
+            if rank.rank in members:
+                me, n = members.index(rank.rank), len(members)
+                log.communicator(f"0x{index + 1:x}0", me, n, f"0x{name.encode().hex()}",
+                                 [f"{me}[0] -> {(me + 1) % n}[0] [send] via NET/IB/{nics[rank.rank]}/GDRDMA"])
+        log.write(folder)

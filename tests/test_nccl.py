@@ -11,6 +11,7 @@ from conftest import SHARED, ingest_directly, table_rows, wirespeed
 from pipelines import sql
 from pipelines.nccl.logfile import read_log
 from pipelines.warehouse import Warehouse
+from synthetic import NcclLog
 
 LOGS = SHARED / "nccl_logs"
 
@@ -161,33 +162,23 @@ def test_logs_alone_ingest_and_report(tmp_path):
 
 
 def write_logs(run_dir, ranks: list[dict], collectives: list[dict], comm_id: str, wrong_rank: int):
-    """NCCL 2.18-style logs for each rank's process: Init START, links, Init COMPLETE, COLL lines.
+    """NCCL logs for each rank's process: its communicator, its link, its COLL lines.
 
     Ranks 0-1 and 2-3 pretend to share hosts: their links are P2P within a pair and NET across.
     Each process logs 12 calls before the profiled ones (two unprofiled steps of six buckets).
     """
-    folder = run_dir / "nccl"
-    folder.mkdir(exist_ok=True)
     n = len(ranks)
     for rank in ranks:
-        r, host, pid = rank["rank"], rank["host"], rank["pid"]
-        prefix = f"{host}:{pid}:{pid + 7} [0] NCCL INFO"
-        lines = [f"{prefix} NCCL version 2.18.3+cuda12.2",
-                 f"{prefix} comm 0x55aa rank {r} nranks {n} cudaDev 0 nvmlDev 0 busId 1000 commId {comm_id} - Init START"]
+        r = rank["rank"]
+        log = NcclLog(rank["host"], rank["pid"], rank["pid"] + 7)
         peer = (r + 1) % n
-        if r // 2 == peer // 2:
-            lines.append(f"{prefix} Channel 00/0 : {r}[0] -> {peer}[0] via P2P/CUMEM")
-        else:
-            lines.append(f"{prefix} Channel 00/0 : {r}[0] -> {peer}[0] [send] via NET/IBext_v8/0/GDRDMA")
-        lines.append(f"{prefix} comm 0x55aa rank {r} nranks {n} cudaDev 0 nvmlDev 0 busId 1000 commId {comm_id} - Init COMPLETE")
+        via = "via P2P/CUMEM" if r // 2 == peer // 2 else "[send] via NET/IBext_v8/0/GDRDMA"
+        log.communicator("0x55aa", r, n, comm_id, [f"{r}[0] -> {peer}[0] {via}"])
         mine = [c for c in collectives if c["rank"] == r]
         sizes = [c["bytes"] for c in mine[:6]] * 2 + [c["bytes"] for c in mine]
         for position, size in enumerate(sizes):
-            if r == wrong_rank and position == 12 + 3:
-                size += 4
-            lines.append(f"{prefix} AllReduce: opCount {position:x} sendbuff 0x1 recvbuff 0x1 count {size // 4} datatype 7 "
-                         f"op 0 root 0 comm 0x55aa [nranks={n}] stream 0x2")
-        (folder / f"nccl.{host}.{pid}.log").write_text("\n".join(lines) + "\n")
+            log.all_reduce("0x55aa", n, position, size + (4 if r == wrong_rank and position == 12 + 3 else 0))
+        log.write(run_dir)
 
 
 def test_traces_and_logs_join(gloo_run, tmp_path):
