@@ -28,9 +28,10 @@ records its waits (`cuda_sync` events) is replayed through its graph instead
 (pipelines/graph_replay.py). Where collectives overlapped on one link, the queue's turns are not
 how the link served them, and the run's own link may not give the run back exactly (a dp x tp
 run at 1 Gbit/s replayed 6 % long, and its "full line rate" came out below "now"); the run is
-the measure there, so a scenario in which no collective is slower than in the run replays no step
-longer than measured, and one in which none is faster no step shorter. The recurrence is sequential in time, so it runs here, over all
-scenarios at once (numpy vectors), rather than in SQL.
+the measure there, so a scenario in which no collective is slower than in the run replays no
+step longer than measured, and one in which none is faster no step shorter. The recurrence is
+sequential in time, so it runs here, over all scenarios at once (numpy vectors), rather than in
+SQL.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@
 -- achieved in the run ('achieved': how the run would really go on that link, what the replay is
 -- validated on) and at the full line rate ('line rate': what the link could give, the paper's
 -- assumption). A cell in which no collective is slower than in the run replays no rank-step
--- longer than measured (none faster: none shorter). Its step and t_1 are medians over the run's rank-steps (a trace's last step often
--- holds the profiler's own teardown). 'paper' is the paper's
--- model (`_whatif_paper`): the data-parallel gradient buckets through one all-reduce channel, as
--- the paper published it; a run without buckets has no paper rows.
+-- longer than measured (none faster: none shorter). Its step and t_1 are medians over the run's
+-- rank-steps (a trace's last step often holds the profiler's own teardown). 'paper' is the
+-- paper's model (`_whatif_paper`): the data-parallel gradient buckets through one all-reduce
+-- channel, as the paper published it; a run without buckets has no paper rows.
 --
 -- Grain: one row per run, model, transfers, rank count, line rate and compression ratio.
 --
