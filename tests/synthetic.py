@@ -134,7 +134,7 @@ class NcclLog:
         self.lines = [f"{self.prefix} NCCL version 2.18.3+cuda12.2"]
 
     def communicator(self, handle: str, rank: int, nranks: int, comm_id: str, links: list[str]) -> None:
-        """Its Init START, its links (`Channel 00/0 : ...` lines, from `via`), its Init COMPLETE."""
+        """Its Init START, a `Channel 00/0 : <link>` line per link, its Init COMPLETE."""
         comm = f"comm {handle} rank {rank} nranks {nranks} cudaDev 0 nvmlDev 0 busId 1000 commId {comm_id}"
         self.lines += [f"{self.prefix} {comm} - Init START", *(f"{self.prefix} Channel 00/0 : {link}" for link in links),
                        f"{self.prefix} {comm} - Init COMPLETE"]
