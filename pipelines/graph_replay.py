@@ -13,9 +13,9 @@ its dependencies, so that the run's own link gives back the run exactly. Only th
 edges change: a collective begins when the last of its ranks arrives (every rank's arrival leads
 to its begin; waiting weighs nothing itself), and each rank's transfer takes its measured time
 times the collective's replayed duration over its duration at the run's own link (its share of
-the link: collectives that shared one stretch together, as they would share another). A rank's replayed step is its measured
-step plus how far its last point moved. The graph holds one step, so a step replayed this way
-carries nothing over from the step before.
+the link: collectives that shared one stretch together, as they would share another). A rank's
+replayed step is its measured step plus how far its last point moved. The graph holds one step,
+so a step replayed this way carries nothing over from the step before.
 """
 
 from __future__ import annotations

@@ -119,6 +119,7 @@ class Replay:
         self.window_start = np.array(steps.column("window_start_ns").to_pylist(), dtype=np.int64)
         self.window_end = np.array(steps.column("window_end_ns").to_pylist(), dtype=np.int64)
         self._schedule()
+        self.own_ns = (self.transfer + self.rest)[self.first_rows]  # each collective's duration at the run's own link
         # The steps replayed through the dependencies their traces record (pipelines/graph_replay.py).
         index = {rank_step: k for k, rank_step in enumerate(self.step_rank)}
         self.graphs = [(graph, {rank: index[(rank, step)] for rank in graph.end if (rank, step) in index})
@@ -244,7 +245,7 @@ class Replay:
         is itself the measure at its own link, where the queue's turns may not give it back.
         """
         durations = self.durations(scenarios, self.first_rows)  # per collective, as its first row
-        own = (self.transfer + self.rest)[self.first_rows, None]
+        own = self.own_ns[:, None]
         step_ns, exposed = self._replay(durations, exposure)
         measured = self.step_ns[:, None]
         no_slower, no_faster = (durations <= own).all(axis=0), (durations >= own).all(axis=0)
@@ -307,7 +308,7 @@ class Replay:
         if self.graphs:
             # Each collective's replayed time over its time at the run's own link (its share of
             # the link, where collectives shared one): those that shared a link stretch together.
-            own = self.transfer[self.first_rows] + self.rest[self.first_rows]
+            own = self.own_ns
             ratio = {key: duration[c] / own[c] if own[c] > 0 else np.ones(width) for c, key in enumerate(self.keys)}
             for graph, ranks in self.graphs:
                 moved = graph.shifts(defaultdict(lambda: np.ones(width), ratio), width)
