@@ -242,6 +242,32 @@ def test_collectives_that_shared_a_link_stretch_together_through_the_recorded_wa
     assert [found[gbps]["step_ms"] for gbps in (1.0, 0.5, 2.0)] == pytest.approx([35, 55, 25], abs=0.01)
 
 
+def test_two_groups_kernels_of_one_name_that_start_together_each_move_with_their_own_transfer(tmp_path):
+    """Worked by hand. Four ranks, two a host; two groups' all-reduces of one kernel name start at
+    10.2 ms on two streams, 1.25 MB to 30.2 ms and 0.625 MB to 22.2 ms, and the last matmul waits
+    for the smaller one. On each host's link the larger takes 10 ms of transfer and 3.3 of the
+    CPU's, the smaller 5 and 1.7, so at 0.5 Gbit/s the larger stretches 1.75x, ending the step
+    at +15 ms, and at 2 Gbit/s both 0.625x, the matmul and the larger ending together at -7.5 ms.
+    Found by start and name alone, both were one kernel, and 2 Gbit/s saved nothing."""
+    name = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    ranks = [Rank(rank, f"host-{rank // 2}", [(1, 0, 60_000)], [
+        Kernel(200, 10_000, launch_us=150),
+        Kernel(10_200, 20_000, name, "allreduce", 312_500, seq=1, stream=40, launch_us=5_000, waits_for=0),
+        Kernel(10_200, 12_000, name, "allreduce", 156_250, seq=1, stream=41, launch_us=5_050, pg="1", waits_for=0),
+        Kernel(22_200, 5_000, stream=7, launch_us=5_200, waits_for=2),
+    ], pid=100 + rank) for rank in range(4)]
+    folder = tmp_path / "run"
+    write_run(folder, ranks, 4, groups={"1": [0, 1, 2, 3]})
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, folder, "r", overrides={"link_gbps": 1})
+    found = {gbps: json.loads(wirespeed("whatif", "r", "--warehouse", str(store.root), "--ranks", "4", "--bandwidth",
+                                        f"{gbps:g}", "--compression", "1", "--format", "json").stdout)[0]
+             for gbps in (1.0, 0.5, 2.0)}
+    assert "4 of them through the waits" in found[1.0]["scenario"]
+    assert [found[gbps]["step_ms"] for gbps in (1.0, 0.5, 2.0)] == pytest.approx([30, 45, 22.5], abs=0.01)
+
+
 def rail_run(tmp_path, nics: dict[int, int]) -> Warehouse:
     """Two hosts of two GPUs, 1 Gbit/s a NIC. Groups a (ranks 0 and 2) and b (1 and 3) each all-reduce
     1.25 MB at once, 10.2-20.2 ms, while every rank waits; the NCCL logs say which NIC each rank's
