@@ -40,11 +40,37 @@ launched_device_events AS (
   FROM _device_events
   WHERE launched_ns IS NOT NULL
 ),
+compute_launches AS (
+  -- Compute kernels by launch, in buckets of a 64th of a step: the latest end launched before a
+  -- collective is the latest end of the buckets before its own (a running max over few rows) and
+  -- of its own bucket's earlier launches, with no sort of every kernel.
+  SELECT d.rank, d.launch_ns, d.end_ns, d.launch_ns // (w.bucket_ns // 64 + 1) AS time_bucket
+  FROM launched_device_events AS d, bucket_width AS w
+  WHERE d.is_compute
+),
+ended_through AS (
+  SELECT rank, time_bucket, max(max(end_ns)) OVER (PARTITION BY rank ORDER BY time_bucket ROWS UNBOUNDED PRECEDING) AS end_ns
+  FROM compute_launches
+  GROUP BY rank, time_bucket
+),
+reduce_launches AS (
+  SELECT DISTINCT c.rank, c.launched_ns, c.launched_ns // (w.bucket_ns // 64 + 1) AS time_bucket
+  FROM collectives AS c, bucket_width AS w
+  WHERE c.timeline = 'device' AND c.op IN ('allreduce', 'reducescatter') AND c.launched_ns IS NOT NULL
+),
 computed_by AS (
-  -- For each launch of a compute kernel: the latest end of any compute kernel launched so far.
-  SELECT rank, launch_ns, max(end_ns) OVER (PARTITION BY rank ORDER BY launch_ns ROWS UNBOUNDED PRECEDING) AS computed_ns
-  FROM launched_device_events
-  WHERE is_compute
+  -- For each launch of a gradient collective: the latest end of any compute kernel launched before it.
+  SELECT rank, launched_ns, max(end_ns) AS computed_ns
+  FROM (
+    SELECT r.rank, r.launched_ns, e.end_ns
+    FROM reduce_launches AS r
+    ASOF JOIN ended_through AS e ON e.rank = r.rank AND r.time_bucket > e.time_bucket
+    UNION ALL
+    SELECT r.rank, r.launched_ns, k.end_ns
+    FROM reduce_launches AS r
+    JOIN compute_launches AS k ON k.rank = r.rank AND k.time_bucket = r.time_bucket AND k.launch_ns < r.launched_ns
+  )
+  GROUP BY rank, launched_ns
 ),
 device_backward AS (
   -- The first device event launched between backward's start on the CPU and the step's end.
@@ -60,7 +86,7 @@ device_buckets AS (
     greatest(c.launched_ns, coalesce(k.computed_ns, c.launched_ns)) - b.backward_start_ns AS ready_ns
   FROM collectives AS c
   JOIN device_backward AS b USING (rank, step)
-  ASOF LEFT JOIN computed_by AS k ON k.rank = c.rank AND c.launched_ns > k.launch_ns
+  LEFT JOIN computed_by AS k ON k.rank = c.rank AND k.launched_ns = c.launched_ns
   WHERE c.timeline = 'device' AND c.op IN ('allreduce', 'reducescatter') AND c.launched_ns >= b.backward_cpu_ns
 ),
 cpu_calls AS (
