@@ -48,7 +48,9 @@ from pipelines import graph_replay
 # Dimensions that grow with the run: more ranks are more data-parallel replicas.
 SCALED_DIMENSIONS = ("dp", "fsdp")
 DURATION_ROWS = 4096  # collectives whose replayed durations are worked out at once (see Replay.durations)
-SEARCH_PASSES = 9  # search passes in log space, each a quarter of the last: a range of 1e10 resolved to 1e-4 of a value
+# The search's passes in log space, each cutting the last range into SEARCH_PARTS: 8^6 = 2^18
+# parts of a range of 1e10, a value resolved to 1e-4 of itself.
+SEARCH_PARTS, SEARCH_PASSES = 8, 6
 OPEN, ARRIVE, BEGIN, WAIT, CLOSE = range(5)  # the kinds of event the replay goes through
 
 
@@ -403,16 +405,18 @@ class Model:
         reachable, already = ends[: len(goal)] >= goal, ends[len(goal):] >= goal
         lo, hi = np.log(low), np.log(high)
         searched = np.flatnonzero(reachable & ~already)  # the others' answers are known
+        inner = SEARCH_PARTS - 1  # points tried in each pass
         for _ in range(SEARCH_PASSES if searched.size else 0):
-            # Three points a quarter apart: the first that reaches the goal (monotone in x) and the
-            # one before it bound a quarter of the range. A pass costs one replay, however wide.
-            quarter = (hi[searched] - lo[searched]) / 4
-            points = lo[searched, None] + quarter[:, None] * np.arange(1, 4)
+            # Points that cut the range into equal parts: the first that reaches the goal
+            # (monotone in x) and the one before it bound one part. A pass costs one replay,
+            # however wide: the replay's loop is per event, its width nearly free.
+            part = (hi[searched] - lo[searched]) / SEARCH_PARTS
+            points = lo[searched, None] + part[:, None] * np.arange(1, SEARCH_PARTS)
             sf = self.scaling([makes[k](float(np.exp(m))) for k, row in zip(searched, points) for m in row])
-            met = (sf.reshape(-1, 3) >= goal[searched, None])
-            first = np.where(met.any(axis=1), met.argmax(axis=1), 3)
-            hi[searched] = np.where(first < 3, lo[searched] + quarter * (first + 1), hi[searched])
-            lo[searched] = lo[searched] + quarter * first
+            met = (sf.reshape(-1, inner) >= goal[searched, None])
+            first = np.where(met.any(axis=1), met.argmax(axis=1), inner)
+            hi[searched] = np.where(first < inner, lo[searched] + part * (first + 1), hi[searched])
+            lo[searched] = lo[searched] + part * first
         return [float(x) if a else (float(np.exp(h)) if r else None) for a, r, h, x in zip(already, reachable, hi, low)]
 
     def targets(self, cells: list[Cell], targets: tuple[float, ...]) -> list[dict]:
