@@ -229,10 +229,10 @@ def _publish(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> int:
     return written
 
 
-# Steps are built several at a time (see `_build_all`) on runs up to this many trace events. Beyond,
-# each statement's scans keep every thread busy, and a second step beside it only takes cores and
-# memory from it: ten million device events took 124 s at 1.55 GB of memory with two SQL tables at
-# a time, 45–50 s at 1.04–1.12 GB with one and a Python step beside, and 39.5 s one step at a time.
+# SQL tables are built two at a time (one per thread) on runs up to this many trace events. Beyond,
+# each statement's scans keep every thread busy, and two at once split DuckDB's memory limit and
+# spill: ten million device events took 124 s at 1.55 GB of memory two at a time. A Python step
+# runs beside them either way (see `_build_all`).
 PARALLEL_BUILD_MAX_EVENTS = 5_000_000
 
 
@@ -274,8 +274,8 @@ def analyze_run(
             return sql.materialize(con, name, temporary=False)
 
         (events,) = con.execute("SELECT count(*) FROM trace_events").fetchone()
-        small = events <= PARALLEL_BUILD_MAX_EVENTS
-        rows, seconds = _build_all(shared, con, build, settings.threads if small else 1, beside=small)
+        workers = settings.threads if events <= PARALLEL_BUILD_MAX_EVENTS else 1
+        rows, seconds = _build_all(shared, con, build, workers)
         shared.sync(con)
         finished = finish(con) if finish else None
     finally:
@@ -286,13 +286,13 @@ def analyze_run(
 
 def _build_all(
     shared: sql.SharedSession, con: duckdb.DuckDBPyConnection, build: Callable[[duckdb.DuckDBPyConnection, str], int | None],
-    workers: int, beside: bool,
+    workers: int,
 ) -> tuple[dict[str, int | None], dict[str, float]]:
-    """Build every step, `workers` SQL statements at a time and, with `beside`, one step whose work
-    is Python's beside them (the critical path, the replay, the sweep of a streamed table: one
-    core, while DuckDB's statement uses the others), each once the steps it reads are built; drop
-    each intermediate (on `con`) once every step that reads it is built. Returns each step's rows
-    and seconds."""
+    """Build every step, `workers` SQL statements at a time and beside them one step whose work is
+    Python's (the critical path, the replay, the sweep of a streamed table: one core, while
+    DuckDB's statement uses the others), each once the steps it reads are built; drop each
+    intermediate (on `con`) once every step that reads it is built. Returns each step's rows and
+    seconds."""
     order = steps()
     reads = _reads(order)
     readers = {name: {later for later in order if name in reads[later]} for name in order}
@@ -313,8 +313,6 @@ def _build_all(
         return name in PYTHON_STEPS or name in PYTHON_STREAMS
 
     def free(name: str) -> bool:  # a slot of its kind is free
-        if not beside:
-            return len(running) < max(1, workers)
         kind = python(name)
         return sum(python(other) == kind for other in running.values()) < (1 if kind else max(1, workers))
 
