@@ -206,6 +206,39 @@ def test_the_scaling_factor_now_and_at_full_line_rate_are_measured_alike(tmp_pat
     assert estimated == pytest.approx(full_rate, abs=0.01)
 
 
+def test_a_bucket_is_ready_when_the_compute_launched_before_its_collective_has_ended(tmp_path):
+    """A gradient bucket is ready at the latest end of the compute kernels launched before its
+    all-reduce, however long ago, and never of one launched after it, however soon. The launches
+    1 us apart fall in one of the lookup's time buckets, the others in earlier ones."""
+    def kernels(step_us: float) -> list[Kernel]:
+        at = step_us
+        return [
+            Kernel(at + 5_200, 1_000, launch_us=at + 5_100),  # backward's first kernel
+            Kernel(at + 10_100, 20_000, launch_us=at + 10_000),  # long ago, ends at 30.1 ms
+            Kernel(at + 20_000, 15_000, stream=8, launch_us=at + 19_999),  # 1 us before: ends at 35 ms
+            Kernel(at + 36_000, 2_000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "allreduce", 1_000_000,
+                   stream=40, launch_us=at + 20_000),
+            Kernel(at + 20_002, 40_000, stream=9, launch_us=at + 20_001),  # 1 us after: ends at 60.002 ms
+            Kernel(at + 62_000, 2_000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "allreduce", 1_000_000,
+                   stream=40, launch_us=at + 50_000),
+            Kernel(at + 50_002, 45_000, stream=10, launch_us=at + 50_001),  # 1 us after the second
+        ]
+
+    ranks = [Rank(rank, f"host-{rank}", [(1, 0, 100_000), (2, 100_000, 100_000)], kernels(0) + kernels(100_000),
+                  cpu_ops=[("autograd::engine::evaluate_function: MmBackward0", at + 5_000, 80_000) for at in (0, 100_000)])
+             for rank in (0, 1)]
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, write_run(tmp_path / "run", ranks, 2), "r", overrides={"link_gbps": 1})
+    con = store.connect()
+    try:
+        ready = con.execute("SELECT DISTINCT step, bucket, ready_ns FROM gradient_buckets ORDER BY step, bucket").fetchall()
+    finally:
+        con.close()
+    # From backward's first kernel at 5.2 ms: ready at 35 ms, then at 60.002 ms.
+    assert ready == [(step, bucket, ns) for step in (1, 2) for bucket, ns in ((1, 29_800_000), (2, 54_802_000))]
+
+
 # --- real runs ------------------------------------------------------------------------------------
 
 
