@@ -7,9 +7,13 @@ Two things in the trace say it instead:
 * **Worker threads.** Every gloo process group runs its collectives on worker threads of its own
   (two unless its options say otherwise), started when the group is created. Groups are created in
   the same order on every rank, and their names count up in that order ("0" for the default group,
-  then one per `new_group`), so a rank's worker threads, ordered by thread id, serve its groups in
-  the order of their names. Threads of a group that ran nothing while profiling are absent, so the
-  order alone does not say where one group's threads end.
+  then one per `new_group`), so a rank's worker threads, in the order they were started, serve its
+  groups in the order of their names. Thread ids count up as threads start, until the system's
+  limit (Linux's `pid_max`, 32768 by default), and then again from the bottom (300): the order
+  they were started in is the ids' order, or that order turned round at its widest gap, where
+  the ids wrapped (302 and 303 after 32760 and 32761). Both are tried (below) and the one whose
+  groups fit better is kept, the ids' own on a tie. Threads of a group that ran nothing while
+  profiling are absent, so the order alone does not say where one group's threads end.
 * **Members.** A collective's instances end together on its members (the last message reaches
   every rank at about the same time), while instances of other groups end when they happen to. For
   each thread and each of its rank's groups, the cost is how far the thread's instances end from
@@ -143,6 +147,17 @@ def thread_cost(distance: np.ndarray, point_to_point: np.ndarray, own: int, grou
     return float(np.mean(np.where(point_to_point, chosen.min(axis=1), chosen.max(axis=1))))
 
 
+def start_orders(threads: list[str]) -> list[list[str]]:
+    """The orders a rank's worker threads may have been started in: their ids' order and, where
+    the ids are numbers that may have wrapped, that order turned round at its widest gap."""
+    ids = sorted(threads, key=lambda t: (int(t) if t.isdigit() else 0, t))
+    if len(ids) < 2 or not all(t.isdigit() for t in ids):
+        return [ids]
+    gaps = np.diff([int(t) for t in ids])
+    turn = int(gaps.argmax()) + 1
+    return [ids, ids[turn:] + ids[:turn]]
+
+
 def in_order(costs: np.ndarray, capacity: int) -> list[int]:
     """The groups (columns) for threads (rows) in order, never going back to an earlier group, at
     most `capacity` threads each, with the least total cost."""
@@ -195,13 +210,19 @@ def assign(instances: pa.Table, groups: pa.Table) -> pa.Table:
         mine = np.flatnonzero(rank == r)
         # Worker threads: the groups' own, in order.
         workers = mine[~called[mine]]
-        threads = sorted(set(tid[workers].tolist()), key=lambda t: (int(t) if t.isdigit() else 0, t))
+        threads = set(tid[workers].tolist())
         rows_of = {t: workers[tid[workers] == t] for t in threads}
         if threads:
-            costs = np.array([[thread_cost(distance[rows_of[t]], point_to_point[rows_of[t]], r, g, column)
-                               for g in candidates] for t in threads])
+            cost = {t: [thread_cost(distance[rows_of[t]], point_to_point[rows_of[t]], r, g, column) for g in candidates]
+                    for t in threads}
             capacity = max(DEFAULT_THREADS_PER_GROUP, -(-len(threads) // len(candidates)))
-            for t, g in zip(threads, in_order(costs, capacity)):
+            fits = []  # per order the threads were possibly started in: its total cost, the ids' own first
+            for order in start_orders(list(threads)):
+                costs = np.array([cost[t] for t in order])
+                chosen = in_order(costs, capacity)
+                fits.append((float(costs[np.arange(len(order)), chosen].sum()), order, chosen))
+            _, order, chosen = min(fits, key=lambda fit: round(fit[0], 9))
+            for t, g in zip(order, chosen):
                 pg_name[rows_of[t]] = candidates[g].name
         # Sends and receives that ran on the thread that called them: each in a group where its
         # named peer (a rank of the group) names it back from an opposite call of the same size,

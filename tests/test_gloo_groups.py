@@ -115,3 +115,26 @@ def test_groups_of_the_same_members_are_told_apart_by_their_threads_order():
     by_thread = {(row["rank"], row["tid"]): row["pg_name"] for row in found}
     assert all(by_thread[rank, str(200 + rank)] == "0" for rank in range(4))
     assert all(by_thread[rank, str(230 + rank)] == "1" for rank in range(4))
+
+
+def test_threads_started_across_the_wrap_of_thread_ids_serve_the_groups_made_first():
+    """fsdp x tp on 2 hosts x 2 ranks: each rank's fsdp group (made first) and tp group have two
+    threads each. Rank 0's tp threads started after the system's thread ids wrapped round (302 and
+    303 after 32760 and 32761), as on this machine in a full test run: its ids' order alone would
+    give its fsdp collectives to the tp group."""
+    tids = {0: (32760, 32761, 302, 303), 1: (1010, 1011, 1012, 1013), 2: (1020, 1021, 1022, 1023),
+            3: (1030, 1031, 1032, 1033)}
+    rows = []
+    for k in range(4):
+        at = 100 * k
+        for rank in range(4):
+            fsdp_a, fsdp_b, tp_a, tp_b = tids[rank]
+            # The fsdp pairs (0, 2) and (1, 3), then the tp pairs (0, 1) and (2, 3), each pair's
+            # instances ending together and apart from the other pair's.
+            rows.append((rank, fsdp_a if k % 2 else fsdp_b, at, at + 10 + 2 * (rank % 2), "allgather"))
+            rows.append((rank, tp_a if k % 2 else tp_b, at + 20, at + 30 + 3 * (rank // 2), "allreduce"))
+    found = assign(instances(rows), GROUPS).to_pylist()
+    groups = {(row["rank"], row["tid"]): row["pg_name"] for row in found}
+    for rank, (fsdp_a, fsdp_b, tp_a, tp_b) in tids.items():
+        assert {groups[rank, str(t)] for t in (fsdp_a, fsdp_b)} == {"1" if rank % 2 == 0 else "2"}, groups
+        assert {groups[rank, str(t)] for t in (tp_a, tp_b)} == {"3" if rank < 2 else "4"}, groups
