@@ -168,6 +168,22 @@ def test_a_late_rank_is_waited_for_and_a_buffered_send_is_not(factors):
     assert step_ns[0, 2] / MS == pytest.approx(80, abs=1e-3)
 
 
+def predicted(store: Warehouse, run_id: str, gbps: float, *options: str, ranks: int = 2) -> dict:
+    """`wirespeed whatif` of a run at one line rate, its own ranks, uncompressed."""
+    out = wirespeed("whatif", run_id, "--warehouse", str(store.root), *options, "--ranks", str(ranks),
+                    "--bandwidth", f"{gbps:g}", "--compression", "1", "--format", "json")
+    (row,) = json.loads(out.stdout)
+    return row
+
+
+def ingested(folder, ranks: list[Rank], world_size: int, groups: dict[str, list[int]] | None = None) -> Warehouse:
+    """The ranks' traces written to `folder`/run and ingested as run "r" at 1 Gbit/s, in `folder`/warehouse."""
+    store = Warehouse(folder / "warehouse")
+    store.ensure()
+    ingest_directly(store, write_run(folder / "run", ranks, world_size, groups=groups), "r", overrides={"link_gbps": 1})
+    return store
+
+
 def stream_wait_run(tmp_path, recorded: bool) -> Warehouse:
     """Two GPUs on two hosts, 1 Gbit/s, one step: a matmul on stream 7 (0.2-10.2 ms), then a 1.25 MB
     all-reduce on stream 40 (10.2-20.2 ms, all transfer at the line rate), which stream 7 waits for
@@ -182,10 +198,7 @@ def stream_wait_run(tmp_path, recorded: bool) -> Warehouse:
             Kernel(10_300, 11_700, stream=8, launch_us=5_100),
             Kernel(20_200, 5_000, stream=7, launch_us=5_200, waits_for=1 if recorded else None),
         ]))
-    store = Warehouse(tmp_path / ("recorded" if recorded else "timeline") / "warehouse")
-    store.ensure()
-    ingest_directly(store, write_run(store.root.parent / "run", ranks, 2), "r", overrides={"link_gbps": 1})
-    return store
+    return ingested(tmp_path / ("recorded" if recorded else "timeline"), ranks, 2)
 
 
 @pytest.mark.parametrize("recorded", [True, False])
@@ -203,9 +216,7 @@ def test_a_kernel_that_waited_for_a_collectives_event_moves_with_it(tmp_path, re
     measured = table_rows(store, "SELECT step_ns FROM step_breakdown")
     assert {row["step_ns"] for row in measured} == {rows[1.0]["step_ns"]}
     own = rows[1.0]["step_ns"]
-    slower, faster = (json.loads(wirespeed("whatif", "r", "--warehouse", str(store.root), "--ranks", "2", "--bandwidth",
-                                           f"{gbps:g}", "--compression", "1", "--format", "json").stdout)[0]
-                      for gbps in (0.5, 2.0))
+    slower, faster = (predicted(store, "r", gbps) for gbps in (0.5, 2.0))
     moved = (slower["step_ms"] - own / MS, faster["step_ms"] - own / MS)
     print(f"recorded={recorded}: step {own / MS:.1f} ms, at 0.5 Gbit/s {moved[0]:+.2f} ms, at 2 Gbit/s {moved[1]:+.2f} ms")
     said = "replay of 2 rank-steps, 2 of them through the waits their traces record" if recorded else "replay of 2 rank-steps"
@@ -229,14 +240,8 @@ def test_collectives_that_shared_a_link_stretch_together_through_the_recorded_wa
                launch_us=5_050, pg="1", waits_for=0),
         Kernel(30_200, 5_000, stream=7, launch_us=5_200, waits_for=1),
     ]) for rank in (0, 1)]
-    folder = tmp_path / "run"
-    write_run(folder, ranks, 2, groups={"1": [0, 1]})
-    store = Warehouse(tmp_path / "warehouse")
-    store.ensure()
-    ingest_directly(store, folder, "r", overrides={"link_gbps": 1})
-    found = {gbps: json.loads(wirespeed("whatif", "r", "--warehouse", str(store.root), "--ranks", "2", "--bandwidth",
-                                        f"{gbps:g}", "--compression", "1", "--format", "json").stdout)[0]
-             for gbps in (1.0, 0.5, 2.0)}
+    store = ingested(tmp_path, ranks, 2, groups={"1": [0, 1]})
+    found = {gbps: predicted(store, "r", gbps) for gbps in (1.0, 0.5, 2.0)}
     print({gbps: row["step_ms"] for gbps, row in found.items()})
     assert "2 of them through the waits" in found[1.0]["scenario"]
     assert [found[gbps]["step_ms"] for gbps in (1.0, 0.5, 2.0)] == pytest.approx([35, 55, 25], abs=0.01)
@@ -256,14 +261,8 @@ def test_two_groups_kernels_of_one_name_that_start_together_each_move_with_their
         Kernel(10_200, 12_000, name, "allreduce", 156_250, seq=1, stream=41, launch_us=5_050, pg="1", waits_for=0),
         Kernel(22_200, 5_000, stream=7, launch_us=5_200, waits_for=2),
     ], pid=100 + rank) for rank in range(4)]
-    folder = tmp_path / "run"
-    write_run(folder, ranks, 4, groups={"1": [0, 1, 2, 3]})
-    store = Warehouse(tmp_path / "warehouse")
-    store.ensure()
-    ingest_directly(store, folder, "r", overrides={"link_gbps": 1})
-    found = {gbps: json.loads(wirespeed("whatif", "r", "--warehouse", str(store.root), "--ranks", "4", "--bandwidth",
-                                        f"{gbps:g}", "--compression", "1", "--format", "json").stdout)[0]
-             for gbps in (1.0, 0.5, 2.0)}
+    store = ingested(tmp_path, ranks, 4, groups={"1": [0, 1, 2, 3]})
+    found = {gbps: predicted(store, "r", gbps, ranks=4) for gbps in (1.0, 0.5, 2.0)}
     assert "4 of them through the waits" in found[1.0]["scenario"]
     assert [found[gbps]["step_ms"] for gbps in (1.0, 0.5, 2.0)] == pytest.approx([30, 45, 22.5], abs=0.01)
 
@@ -308,9 +307,7 @@ def test_ranks_on_nics_of_their_own_do_not_queue(tmp_path, nics):
         return
     own = table_rows(store, "SELECT step_ns FROM whatif WHERE model = 'replay' AND ranks = 4 AND bandwidth_gbps = 1 "
                             "AND compression = 1 AND transfers = 'achieved'")[0]["step_ns"]
-    found = tuple(json.loads(wirespeed("whatif", "r", "--warehouse", str(store.root), "--ranks", "4", "--bandwidth",
-                                       f"{gbps:g}", "--compression", "1", "--format", "json").stdout)[0]["step_ms"] - own / MS
-                  for gbps in (0.5, 2.0))
+    found = tuple(predicted(store, "r", gbps, ranks=4)["step_ms"] - own / MS for gbps in (0.5, 2.0))
     print(f"NICs {nics}: step {own / MS:.1f} ms, at 0.5 Gbit/s {found[0]:+.2f} ms, at 2 Gbit/s {found[1]:+.2f} ms")
     assert own == 25 * MS and found == pytest.approx((10, -5), abs=0.01)
 
@@ -365,14 +362,6 @@ PIPELINE_REPLAY_TOLERANCE = 0.25
 # began it, and keeps the step's tail after it: at 1 Gbit/s the replay was 0.00-0.05 below the paper
 # in the runs of 2026-12-05 here, 0.08 in one on CI.
 PAPER_AGREEMENT = 0.03
-
-
-def predicted(store: Warehouse, run_id: str, gbps: float, *options: str) -> dict:
-    """`wirespeed whatif` of a run at one line rate, its own ranks, uncompressed."""
-    out = wirespeed("whatif", run_id, "--warehouse", str(store.root), *options, "--ranks", "2",
-                    "--bandwidth", f"{gbps:g}", "--compression", "1", "--format", "json")
-    (row,) = json.loads(out.stdout)
-    return row
 
 
 @pytest.mark.parametrize("job", ["ddp", "fsdp", "tp", "pp"])
