@@ -21,7 +21,8 @@ WITH step_time_buckets AS (
   WHERE lookup_end_ns > start_ns
 ),
 bucket_width AS (
-  SELECT any_value(bucket_ns) AS bucket_ns FROM _step_spans
+  -- The steps' lookup buckets, and those of the compute lookup below: a 64th of them.
+  SELECT any_value(bucket_ns) AS bucket_ns, any_value(bucket_ns) // 64 + 1 AS launch_bucket_ns FROM _step_spans
 ),
 cpu_ops AS (
   -- The CPU operators this table needs, each with the step whose span holds its start.
@@ -44,7 +45,7 @@ compute_launches AS (
   -- Compute kernels by launch, in buckets of a 64th of a step: the latest end launched before a
   -- collective is the latest end of the buckets before its own (a running max over few rows) and
   -- of its own bucket's earlier launches, with no sort of every kernel.
-  SELECT d.rank, d.launch_ns, d.end_ns, d.launch_ns // (w.bucket_ns // 64 + 1) AS time_bucket
+  SELECT d.rank, d.launch_ns, d.end_ns, d.launch_ns // w.launch_bucket_ns AS time_bucket
   FROM launched_device_events AS d, bucket_width AS w
   WHERE d.is_compute
 ),
@@ -54,7 +55,7 @@ ended_through AS (
   GROUP BY rank, time_bucket
 ),
 reduce_launches AS (
-  SELECT DISTINCT c.rank, c.launched_ns, c.launched_ns // (w.bucket_ns // 64 + 1) AS time_bucket
+  SELECT DISTINCT c.rank, c.launched_ns, c.launched_ns // w.launch_bucket_ns AS time_bucket
   FROM collectives AS c, bucket_width AS w
   WHERE c.timeline = 'device' AND c.op IN ('allreduce', 'reducescatter') AND c.launched_ns IS NOT NULL
 ),
