@@ -13,6 +13,7 @@ import sys
 import textwrap
 
 import pyarrow as pa
+import pytest
 
 from conftest import ingest_directly, table_rows
 from pipelines.gloo_groups import assign
@@ -117,13 +118,14 @@ def test_groups_of_the_same_members_are_told_apart_by_their_threads_order():
     assert all(by_thread[rank, str(230 + rank)] == "1" for rank in range(4))
 
 
-def test_threads_started_across_the_wrap_of_thread_ids_serve_the_groups_made_first():
+@pytest.mark.parametrize("wrapped", [(32760, 32761, 302, 303), (32767, 300, 301, 302)])
+def test_threads_started_across_the_wrap_of_thread_ids_serve_the_groups_made_first(wrapped):
     """fsdp x tp on 2 hosts x 2 ranks: each rank's fsdp group (made first) and tp group have two
-    threads each. Rank 0's tp threads started after the system's thread ids wrapped round (302 and
-    303 after 32760 and 32761), as on this machine in a full test run: its ids' order alone would
-    give its fsdp collectives to the tp group."""
-    tids = {0: (32760, 32761, 302, 303), 1: (1010, 1011, 1012, 1013), 2: (1020, 1021, 1022, 1023),
-            3: (1030, 1031, 1032, 1033)}
+    threads each. Rank 0's threads started across the wrap of the system's thread ids: its tp
+    threads after it (302 and 303 after 32760 and 32761, as on this machine in a full test run),
+    or even its second fsdp thread. Its ids' order alone would give fsdp collectives to the tp
+    group."""
+    tids = {0: wrapped, 1: (1010, 1011, 1012, 1013), 2: (1020, 1021, 1022, 1023), 3: (1030, 1031, 1032, 1033)}
     rows = []
     for k in range(4):
         at = 100 * k
