@@ -21,7 +21,10 @@
 -- rest, the CPU's, stays. Where the CPUs had time to spare (the rest is then the protocol's, which
 -- a faster link speeds up too), or the rate is unknown, the part no link shortens is the latency of its op on its link: the
 -- intercept of a least-squares line of share against the bits each rank sends over the run's
--- collectives of that op and link (0 when they all have one size). That latency is also all that
+-- collectives of that op and link (0 when they all have one size); but where the host's ranks
+-- also talk among themselves, at least as much of what the period took beyond its bits at the
+-- rate as the host's own stack takes for those bits (its intra-host collectives' begin-to-end time
+-- per bit): a byte between hosts passes through the same stacks, which no NIC speeds up. That latency is also all that
 -- stays at full line rate (`latency_ns`). The intercept needs no line rate, so the split holds on
 -- a link of unknown rate too. `wire_ns` = 8 S f / link_gbps is the transfer at the run's
 -- full line rate. The rest of the share is transfer. How long a rank waited for a late rank is in
@@ -63,7 +66,8 @@
 --   transfer_ns BIGINT  The part of its time a faster link shortens in proportion.
 --   rest_ns BIGINT  The part no faster link shortens: where the line rate is known and the host's
 --       CPUs were saturated, what the busy period took beyond what the host's link carried at that
---       rate (the CPU's part); else the latency of its op on its link.
+--       rate (the CPU's part); else the latency of its op on its link or, where more, what its
+--       host's own stack takes for its bits (at most what it took beyond them at the line rate).
 --   latency_ns BIGINT  The part not even the full line rate removes: the latency of its op on its
 --       link (the least-squares intercept), at most `rest_ns`; `rest_ns` less the transport's
 --       inefficiency, which the full line rate removes (transfers = 'line rate').
@@ -149,20 +153,33 @@ host_cpu AS (
   JOIN cpu_windows AS c ON c.host = p.host AND c.start_ns < p.period_end_ns AND c.end_ns > p.period_start_ns
   GROUP BY p.channel, p.link, p.period
 ),
+host_stacks AS (
+  -- How long each host took per bit between two of its own ranks: its intra-host collectives'
+  -- begin-to-end spans over their bits, which no NIC shaped.
+  SELECT host, sum(collective_end_ns - begin_ns) / sum(bits) AS ns_per_bit
+  FROM (SELECT DISTINCT collective_key, host, bits, begin_ns, collective_end_ns FROM wired WHERE link = 'intra' AND bits > 0)
+  GROUP BY host
+),
 linked AS (
   -- The share of a period the link itself needed at its line rate, where the rest was the CPU's:
   -- its rate is known and the host's CPUs were not free (saturated, or not sampled). Where they had
   -- time to spare, what the period took beyond the link's bits is the protocol using the link
-  -- badly, which a faster link speeds up too (NULL: the latency line below decides).
+  -- badly, which a faster link speeds up too (NULL: the latency line below decides), but for as
+  -- much as the host's own stack took for those bits between two of its ranks (`host_fraction`).
   SELECT s.*,
     CASE WHEN s.link_gbps > 0 AND s.period_bits > 0 AND coalesce(c.cpu_busy, 1) >= cpu_saturated_share()
-      THEN least(1.0, s.period_bits / s.link_gbps / greatest(s.period_end_ns - s.period_start_ns, 1)) END AS link_fraction
+      THEN least(1.0, s.period_bits / s.link_gbps / greatest(s.period_end_ns - s.period_start_ns, 1)) END AS link_fraction,
+    CASE WHEN s.link = 'network' AND s.link_gbps > 0 AND s.period_bits > 0 AND h.ns_per_bit IS NOT NULL
+      THEN least(greatest(1.0 - s.period_bits / s.link_gbps / greatest(s.period_end_ns - s.period_start_ns, 1), 0),
+                 s.period_bits * h.ns_per_bit / greatest(s.period_end_ns - s.period_start_ns, 1)) END AS host_fraction
   FROM shared AS s
   LEFT JOIN host_cpu AS c USING (channel, link, period)
+  LEFT JOIN host_stacks AS h ON h.host = s.host
 ),
 collective_shares AS (
   SELECT collective_key, any_value(op) AS op, any_value(link) AS link, any_value(bits) AS bits,
-    min(period_share) AS share_ns, min(period_share * link_fraction) AS link_share_ns
+    min(period_share) AS share_ns, min(period_share * link_fraction) AS link_share_ns,
+    min(period_share * host_fraction) AS host_share_ns
   FROM linked
   GROUP BY collective_key
 ),
@@ -178,7 +195,7 @@ rested AS (
     CASE
       WHEN s.bits = 0 THEN c.share_ns
       WHEN c.link_share_ns IS NOT NULL THEN c.share_ns - c.link_share_ns
-      ELSE least(coalesce(l.latency_ns, 0), c.share_ns)
+      ELSE least(greatest(coalesce(l.latency_ns, 0), coalesce(c.host_share_ns, 0)), c.share_ns)
     END AS rest_share,
     CASE WHEN s.bits = 0 THEN c.share_ns ELSE least(coalesce(l.latency_ns, 0), c.share_ns) END AS latency_share,
     c.share_ns
