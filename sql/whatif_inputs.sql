@@ -21,10 +21,12 @@
 -- rest, the CPU's, stays. Where the CPUs had time to spare (the rest is then the protocol's, which
 -- a faster link speeds up too), or the rate is unknown, the part no link shortens is the latency of its op on its link: the
 -- intercept of a least-squares line of share against the bits each rank sends over the run's
--- collectives of that op and link (0 when they all have one size); but where the host's ranks
--- also talk among themselves, at least as much of what the period took beyond its bits at the
--- rate as the host's own stack takes for those bits (its intra-host collectives' begin-to-end time
--- per bit): a byte between hosts passes through the same stacks, which no NIC speeds up. That latency is also all that
+-- collectives of that op and link (0 when they all have one size); but for gloo, where the host's
+-- ranks also talk among themselves, at least as much of what the period took beyond its bits at
+-- the rate as the host's own network stack takes for those bits (its gloo collectives within the
+-- host, begin to end per bit): gloo's bytes between hosts pass through the same TCP stacks, which
+-- no NIC speeds up (NCCL's take other paths within a host than between hosts, so it keeps the
+-- latency line). That latency is also all that
 -- stays at full line rate (`latency_ns`). The intercept needs no line rate, so the split holds on
 -- a link of unknown rate too. `wire_ns` = 8 S f / link_gbps is the transfer at the run's
 -- full line rate. The rest of the share is transfer. How long a rank waited for a late rank is in
@@ -66,8 +68,9 @@
 --   transfer_ns BIGINT  The part of its time a faster link shortens in proportion.
 --   rest_ns BIGINT  The part no faster link shortens: where the line rate is known and the host's
 --       CPUs were saturated, what the busy period took beyond what the host's link carried at that
---       rate (the CPU's part); else the latency of its op on its link or, where more, what its
---       host's own stack takes for its bits (at most what it took beyond them at the line rate).
+--       rate (the CPU's part); else the latency of its op on its link or, where more (gloo), what
+--       its host's own network stack takes for its bits (at most what it took beyond them at the
+--       line rate).
 --   latency_ns BIGINT  The part not even the full line rate removes: the latency of its op on its
 --       link (the least-squares intercept), at most `rest_ns`; `rest_ns` less the transport's
 --       inefficiency, which the full line rate removes (transfers = 'line rate').
@@ -91,7 +94,7 @@ instances AS (
     busbw_factor(c.op, c.group_size) AS traffic_factor,
     CASE WHEN c.scope = 'intra' THEN l.intra_gbps ELSE l.network_gbps END AS link_gbps,
     CASE WHEN c.scope = 'intra' THEN 'intra' ELSE 'network' END AS link,
-    c.start_ns, c.end_ns, s.last_start_ns AS begin_ns, s.end_ns AS collective_end_ns,
+    c.timeline, c.start_ns, c.end_ns, s.last_start_ns AS begin_ns, s.end_ns AS collective_end_ns,
     coalesce(h.host, 'rank ' || c.rank) AS host,
     CASE WHEN c.scope = 'intra' OR h.host IS NULL THEN 'rank ' || c.rank
          ELSE 'host ' || h.host || coalesce(' nic ' || c.nics, '') END AS channel
@@ -112,7 +115,7 @@ wired AS (
 ),
 on_channel AS (
   -- Each collective once on each link it uses: ranks of one host share its network link.
-  SELECT DISTINCT collective_key, op, channel, host, link, link_gbps, begin_ns, collective_end_ns, bits FROM wired
+  SELECT DISTINCT collective_key, op, timeline, channel, host, link, link_gbps, begin_ns, collective_end_ns, bits FROM wired
 ),
 busy_starts AS (
   SELECT
@@ -154,10 +157,11 @@ host_cpu AS (
   GROUP BY p.channel, p.link, p.period
 ),
 host_stacks AS (
-  -- How long each host took per bit between two of its own ranks: its intra-host collectives'
-  -- begin-to-end spans over their bits, which no NIC shaped.
+  -- How long each host's network stack took per bit between two of its own ranks: its gloo
+  -- collectives within the host (loopback, which no NIC shapes), begin to end over their bits.
   SELECT host, sum(collective_end_ns - begin_ns) / sum(bits) AS ns_per_bit
-  FROM (SELECT DISTINCT collective_key, host, bits, begin_ns, collective_end_ns FROM wired WHERE link = 'intra' AND bits > 0)
+  FROM (SELECT DISTINCT collective_key, host, bits, begin_ns, collective_end_ns FROM wired
+        WHERE link = 'intra' AND timeline = 'cpu' AND bits > 0)
   GROUP BY host
 ),
 linked AS (
@@ -169,7 +173,7 @@ linked AS (
   SELECT s.*,
     CASE WHEN s.link_gbps > 0 AND s.period_bits > 0 AND coalesce(c.cpu_busy, 1) >= cpu_saturated_share()
       THEN least(1.0, s.period_bits / s.link_gbps / greatest(s.period_end_ns - s.period_start_ns, 1)) END AS link_fraction,
-    CASE WHEN s.link = 'network' AND s.link_gbps > 0 AND s.period_bits > 0 AND h.ns_per_bit IS NOT NULL
+    CASE WHEN s.link = 'network' AND s.timeline = 'cpu' AND s.link_gbps > 0 AND s.period_bits > 0 AND h.ns_per_bit IS NOT NULL
       THEN least(greatest(1.0 - s.period_bits / s.link_gbps / greatest(s.period_end_ns - s.period_start_ns, 1), 0),
                  s.period_bits * h.ns_per_bit / greatest(s.period_end_ns - s.period_start_ns, 1)) END AS host_fraction
   FROM shared AS s

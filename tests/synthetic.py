@@ -161,3 +161,61 @@ def write_nccl_logs(folder: Path, ranks: list[Rank], groups: dict[str, list[int]
                 log.communicator(f"0x{index + 1:x}0", me, n, f"0x{name.encode().hex()}",
                                  [f"{me}[0] -> {(me + 1) % n}[0] [send] via NET/IB/{nics[rank.rank]}/GDRDMA"])
         log.write(folder)
+
+
+@dataclass
+class GlooCall:
+    """A blocking collective of a gloo job: the training thread inside `c10d::<op>_` while the
+    group's first worker thread runs its `gloo:<op>` annotation, over the same span."""
+
+    group: str
+    start_us: float
+    dur_us: float
+    nelems: int
+    op: str = "allreduce"
+
+
+@dataclass
+class GlooRank:
+    """One rank of a CPU-only gloo job: its step, compute operators and collectives on its training thread."""
+
+    rank: int
+    host: str
+    step: tuple[int, float, float]  # (step number, start us, duration us)
+    compute: list[tuple[float, float]]  # (start us, duration us) of each operator
+    calls: list[GlooCall]
+    pid: int = 10
+
+
+def write_gloo_run(folder: Path, ranks: list[GlooRank], world_size: int, groups: dict[str, list[int]]) -> Path:
+    """Each rank's trace as a gloo job's: groups (name: ranks, besides the default "0"), created in
+    the order of their names, each with two worker threads on each member, their ids counting up."""
+    folder.mkdir(parents=True, exist_ok=True)
+    members = {"0": list(range(world_size)), **groups}
+    for rank in ranks:
+        mine = [name for name in sorted(members, key=int) if rank.rank in members[name]]
+        worker = {name: rank.pid + 100 + 2 * k for k, name in enumerate(mine)}
+        number, start, dur = rank.step
+        events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": rank.pid,
+                   "tid": rank.pid, "ts": start, "dur": dur, "args": {"External id": number}}]
+        events += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": rank.pid, "tid": rank.pid, "ts": at,
+                    "dur": length, "args": {"Input Dims": [[64, 64], [64, 64]]}} for at, length in rank.compute]
+        for call in rank.calls:
+            dims = [[call.nelems]]
+            events.append({"ph": "X", "cat": "cpu_op", "name": f"c10d::{call.op}_", "pid": rank.pid, "tid": rank.pid,
+                           "ts": call.start_us, "dur": call.dur_us, "args": {"Input Dims": [dims]}})
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"gloo:{call.op.replace('allreduce', 'all_reduce')}",
+                           "pid": rank.pid, "tid": worker[call.group], "ts": call.start_us, "dur": call.dur_us,
+                           "args": {"Input Dims": dims, "Input type": ["float"]}})
+        trace = {
+            "schemaVersion": 1,
+            "distributedInfo": {"backend": "gloo", "rank": rank.rank, "world_size": world_size,
+                                "pg_config": [{"pg_name": name, "pg_desc": "default_pg" if name == "0" else f"group_{name}",
+                                               "backend_config": "cpu:gloo", "pg_size": len(members[name]),
+                                               "ranks": members[name]} for name in mine]},
+            "host_name": rank.host,
+            "traceEvents": events,
+            "baseTimeNanoseconds": BASE_NS,
+        }
+        (folder / f"rank{rank.rank}.json").write_text(json.dumps(trace))
+    return folder

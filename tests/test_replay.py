@@ -14,7 +14,7 @@ from conftest import ingest_directly, table_rows, wirespeed
 from pipelines import sql
 from pipelines.replay import Cell, Model, Replay, Scenario, busbw_factors
 from pipelines.warehouse import Warehouse
-from synthetic import BASE_NS, Kernel, Rank, write_nccl_logs, write_run
+from synthetic import BASE_NS, GlooCall, GlooRank, Kernel, Rank, write_gloo_run, write_nccl_logs, write_run
 
 MS = 1_000_000
 
@@ -267,38 +267,60 @@ def test_two_groups_kernels_of_one_name_that_start_together_each_move_with_their
     assert [found[gbps]["step_ms"] for gbps in (1.0, 0.5, 2.0)] == pytest.approx([30, 45, 22.5], abs=0.01)
 
 
-def test_a_transfer_keeps_on_any_link_what_its_hosts_own_stack_took_for_its_bits(tmp_path):
-    """Worked by hand. Two hosts of two ranks, 1 Gbit/s, CPUs half busy. Each host's tp group
-    all-reduces 1.25 MB (10^7 bits on the wire) in 2 ms, twice, through its own stack: 0.2 ns a
-    bit. Between them ranks 0 and 2 all-reduce 1.25 MB over the network in 13 ms, 10 of them its
-    bits at the line rate, while ranks 1 and 3 wait for them in the second tp all-reduce. Of the 3 ms
-    beyond the wire, the 2 ms its bits took the hosts' stacks stay on any link and the rest is the
-    protocol's: at 0.5 Gbit/s it takes 24 ms and every step grows 11 ms, at 2 Gbit/s 7.5 ms, 5.5 ms
-    shorter than the 32.1 ms it took. All 3 ms the protocol's (what CPUs with time to spare said before) gave +13 and -6.5;
-    all the CPU's, +10 and -5."""
-    allreduce = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+def test_a_gloo_transfer_keeps_on_any_link_what_its_hosts_own_stack_took_for_its_bits(tmp_path):
+    """Worked by hand. Two hosts of two gloo ranks, 1 Gbit/s, CPUs half busy. Each host's tp group
+    all-reduces 1.25 MB (10^7 bits) in 2 ms, twice (2.05 ms the second time on the second host),
+    through its own loopback: 0.2 ns a bit (0.2025). Between
+    them ranks 0 and 2 all-reduce 2.5 MB over the network in 26 ms, 20 of them its bits at the line
+    rate, while ranks 1 and 3 wait for them in the second tp all-reduce. Of the 6 ms beyond the
+    wire, the 4 ms its bits took the hosts' stacks stay on any link and the rest is the protocol's:
+    at 0.5 Gbit/s it takes 48 ms and every step grows 22 ms, at 2 Gbit/s 15 ms, 11 ms shorter. All
+    6 ms the protocol's (what CPUs with time to spare said before) gave +26 and -13 ms; all the
+    CPU's, +20 and -10."""
     ranks = []
     for rank in range(4):
-        tp, crosses = f"tp{rank // 2}", rank % 2 == 0
-        ranks.append(Rank(rank, f"host-{rank // 2}", [(1, 0, 33_000)], [
-            Kernel(200, 10_000, launch_us=150),
-            Kernel(10_200, 2_000, allreduce, "allreduce", 312_500, pg=tp, seq=1, stream=40, launch_us=5_000),
-            Kernel(12_200, 13_000, allreduce, "allreduce", 312_500, pg="dp", seq=1, stream=41, launch_us=5_050)
-            if crosses else Kernel(12_200, 2_000, launch_us=5_050),
-            Kernel(25_300, 2_000, allreduce, "allreduce", 312_500, pg=tp, seq=2, stream=40, launch_us=5_100)
-            if crosses else Kernel(14_200, 13_100, allreduce, "allreduce", 312_500, pg=tp, seq=2, stream=40, launch_us=5_100),
-            Kernel(27_300, 5_000, launch_us=5_200),
-        ], pid=100 + rank))
-    folder = write_run(tmp_path / "run", ranks, 4, groups={"tp0": [0, 1], "tp1": [2, 3], "dp": [0, 2]})
+        tp, crosses, late = "3" if rank < 2 else "4", rank % 2 == 0, 50 * (rank // 2)  # the hosts' groups end apart
+        calls = [GlooCall(tp, 10_200, 2_000, 312_500)]
+        compute = [(200, 10_000), (40_300 + late, 5_000)]
+        if crosses:
+            calls += [GlooCall("1", 12_200, 26_000, 625_000), GlooCall(tp, 38_300, 2_000 + late, 312_500)]
+        else:
+            calls += [GlooCall(tp, 14_200, 26_100 + late, 312_500)]
+            compute.append((12_200, 2_000))
+        ranks.append(GlooRank(rank, f"host-{rank // 2}", (1, 0, 45_500), compute, calls, pid=100 + rank))
+    store = half_busy_run(tmp_path, write_gloo_run(tmp_path / "run", ranks, 4, {"1": [0, 2], "2": [1, 3], "3": [0, 1], "4": [2, 3]}))
+    network = table_rows(store, "SELECT DISTINCT pg, scope, transfer_ns, rest_ns FROM whatif_inputs WHERE scope = 'inter'")
+    assert network == [{"pg": "1", "scope": "inter", "transfer_ns": 22 * MS, "rest_ns": 4 * MS}]
+    own, slower, faster = (predicted(store, "r", gbps, ranks=4)["step_ms"] for gbps in (1.0, 0.5, 2.0))
+    print(f"step {own:.2f} ms, at 0.5 Gbit/s {slower - own:+.2f} ms, at 2 Gbit/s {faster - own:+.2f} ms")
+    assert (slower - own, faster - own) == pytest.approx((22, -11), abs=0.01)
+
+
+def test_nccl_keeps_what_a_transfer_took_beyond_its_bits_as_the_protocols(tmp_path):
+    """The same mesh on GPUs: tp all-reduces of 1.25 MB in 2 ms within each host, a 1.25 MB dp
+    all-reduce in 13 ms between them, CPUs half busy. NCCL's intra-host path (NVLink, shared memory)
+    is not the one its bytes take between hosts (RDMA, or sockets), so the 3 ms beyond the wire stay
+    the protocol's and scale with the link."""
+    allreduce = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    ranks = [Rank(rank, f"host-{rank // 2}", [(1, 0, 33_000)], [
+        Kernel(200, 10_000, launch_us=150),
+        Kernel(10_200, 2_000, allreduce, "allreduce", 312_500, pg=f"tp{rank // 2}", seq=1, stream=40, launch_us=5_000),
+        Kernel(12_200, 13_000, allreduce, "allreduce", 312_500, pg="dp", seq=1, stream=41, launch_us=5_050)
+        if rank % 2 == 0 else Kernel(12_200, 2_000, launch_us=5_050),
+    ], pid=100 + rank) for rank in range(4)]
+    store = half_busy_run(tmp_path, write_run(tmp_path / "run", ranks, 4, groups={"tp0": [0, 1], "tp1": [2, 3], "dp": [0, 2]}))
+    network = table_rows(store, "SELECT DISTINCT pg, transfer_ns, rest_ns FROM whatif_inputs WHERE scope = 'inter'")
+    assert network == [{"pg": "dp", "transfer_ns": 13 * MS, "rest_ns": 0}]
+
+
+def half_busy_run(tmp_path, folder) -> Warehouse:
+    """The run in `folder` with its hosts' CPUs sampled half busy every 5 ms, ingested at 1 Gbit/s."""
     (folder / "cpu.hosts.csv").write_text("t_ns,host,cpu,busy_ticks,idle_ticks\n" + "".join(
-        f"{BASE_NS + t * MS},host-{host},-1,{50 * t},{50 * t}\n" for host in (0, 1) for t in range(-5, 45, 5)))
+        f"{BASE_NS + t * MS},host-{host},-1,{50 * t},{50 * t}\n" for host in (0, 1) for t in range(-5, 55, 5)))
     store = Warehouse(tmp_path / "warehouse")
     store.ensure()
     ingest_directly(store, folder, "r", overrides={"link_gbps": 1})
-    network = table_rows(store, "SELECT DISTINCT scope, transfer_ns, rest_ns FROM whatif_inputs WHERE pg = 'dp'")
-    assert network == [{"scope": "inter", "transfer_ns": 11 * MS, "rest_ns": 2 * MS}]
-    found = [predicted(store, "r", gbps, ranks=4)["step_ms"] for gbps in (1.0, 0.5, 2.0)]
-    assert found == pytest.approx([32.1, 43.1, 26.6], abs=0.01)
+    return store
 
 
 def rail_run(tmp_path, nics: dict[int, int]) -> Warehouse:
