@@ -32,11 +32,12 @@ MATRIX = {
     "ep": (1, {"ep": "inter"}),
 }
 MATRIX_REPEATS = 2
-# Each prediction within this of the step measured at the other rate. The aim is 10 % in the median
-# and none beyond 20 %; on this shared 2-core machine, with four ranks on its two cores, a round of
-# the matrix gave -9 to +9 % on a quiet machine and -22 % for dp x tp on a loaded one
-# (docs/whatif.md). The equal parts of the model before gave +165 %.
-TOLERANCE = 0.25
+# Each prediction within this of the step measured at the other rate, as the aim has it: 10 % in the
+# median and none beyond 20 %. On this shared 2-core machine, with four ranks on its two cores, a
+# round gave -2.5 to +12.7 % (docs/whatif.md), and 22 predictions of pairs kept from earlier rounds
+# at most 14 %; before the hosts' own stacks were measured dp x tp reached +20 and +23 %, and the
+# equal parts of the model before that +165 %.
+TOLERANCE = 0.20
 
 
 def replayed(store: Warehouse, run_id: str, gbps: float, ranks: int) -> dict:
