@@ -169,7 +169,7 @@ linked AS (
   -- its rate is known and the host's CPUs were not free (saturated, or not sampled). Where they had
   -- time to spare, what the period took beyond the link's bits is the protocol using the link
   -- badly, which a faster link speeds up too (NULL: the latency line below decides), but for as
-  -- much as the host's own stack took for those bits between two of its ranks (`host_fraction`).
+  -- much as the host's own stack takes for those bits between two of its gloo ranks (`host_fraction`).
   SELECT s.*,
     CASE WHEN s.link_gbps > 0 AND s.period_bits > 0 AND coalesce(c.cpu_busy, 1) >= cpu_saturated_share()
       THEN least(1.0, s.period_bits / s.link_gbps / greatest(s.period_end_ns - s.period_start_ns, 1)) END AS link_fraction,
