@@ -171,12 +171,15 @@ linked AS (
   -- badly, which a faster link speeds up too (NULL: the latency line below decides), but for as
   -- much as the host's own stack takes for those bits between two of its gloo ranks (`host_fraction`).
   SELECT s.*,
-    CASE WHEN s.link_gbps > 0 AND s.period_bits > 0 AND coalesce(c.cpu_busy, 1) >= cpu_saturated_share()
-      THEN least(1.0, s.period_bits / s.link_gbps / greatest(s.period_end_ns - s.period_start_ns, 1)) END AS link_fraction,
-    CASE WHEN s.link = 'network' AND s.timeline = 'cpu' AND s.link_gbps > 0 AND s.period_bits > 0 AND h.ns_per_bit IS NOT NULL
-      THEN least(greatest(1.0 - s.period_bits / s.link_gbps / greatest(s.period_end_ns - s.period_start_ns, 1), 0),
-                 s.period_bits * h.ns_per_bit / greatest(s.period_end_ns - s.period_start_ns, 1)) END AS host_fraction
-  FROM shared AS s
+    CASE WHEN s.wire_fraction > 0 AND coalesce(c.cpu_busy, 1) >= cpu_saturated_share()
+      THEN least(1.0, s.wire_fraction) END AS link_fraction,
+    CASE WHEN s.wire_fraction > 0 AND s.link = 'network' AND s.timeline = 'cpu' AND h.ns_per_bit IS NOT NULL
+      THEN least(greatest(1.0 - s.wire_fraction, 0), s.period_bits * h.ns_per_bit / s.period_ns) END AS host_fraction
+  FROM (
+    -- The period's bits at the line rate, as a share of the period; NULL where the rate is unknown.
+    SELECT *, CASE WHEN link_gbps > 0 THEN period_bits / link_gbps / period_ns END AS wire_fraction
+    FROM (SELECT *, greatest(period_end_ns - period_start_ns, 1) AS period_ns FROM shared)
+  ) AS s
   LEFT JOIN host_cpu AS c USING (channel, link, period)
   LEFT JOIN host_stacks AS h ON h.host = s.host
 ),
