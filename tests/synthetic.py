@@ -80,20 +80,26 @@ def write_run(folder: Path, ranks: list[Rank], world_size: int, pg_ranks: list[i
                            "ts": kernel.start_us, "dur": kernel.dur_us, "args": args})
             if kernel.waits_for is not None:
                 events += _stream_wait(rank, index, kernel, launch)
-        trace = {
-            "schemaVersion": 1,
-            "distributedInfo": {"backend": "nccl", "rank": rank.rank, "world_size": world_size,
-                                "pg_config": [{"pg_name": name, "pg_desc": "default_pg" if name == "0" else "custom",
-                                               "backend_config": "cuda:nccl", "pg_size": len(ranks_of), "ranks": ranks_of}
-                                              for name, ranks_of in members.items() if rank.rank in ranks_of]},
-            "host_name": rank.host,
-            "traceEvents": events,
-            "baseTimeNanoseconds": BASE_NS,
-        }
-        blocks = ",\n".join("  " + json.dumps(e) for e in trace.pop("traceEvents"))
-        head = json.dumps(trace)[1:-1]
-        (folder / f"rank{rank.rank}.json").write_text("{" + head + ',\n  "traceEvents": [\n' + blocks.replace("}, {", "},\n  {") + "\n  ]\n}")
+        _write_trace(folder / f"rank{rank.rank}.json", "nccl", rank.rank, world_size, members, rank.host, events)
     return folder
+
+
+def _write_trace(path: Path, backend: str, rank: int, world_size: int, members: dict[str, list[int]], host: str,
+                 events: list[dict]) -> None:
+    """A rank's trace file, laid out as Kineto writes it, listing the groups (name: ranks) it is in."""
+    trace = {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": backend, "rank": rank, "world_size": world_size,
+                            "pg_config": [{"pg_name": name, "pg_desc": "default_pg" if name == "0" else "custom",
+                                           "backend_config": "cuda:nccl" if backend == "nccl" else "cpu:gloo",
+                                           "pg_size": len(ranks_of), "ranks": ranks_of}
+                                          for name, ranks_of in members.items() if rank in ranks_of]},
+        "host_name": host,
+        "baseTimeNanoseconds": BASE_NS,
+    }
+    blocks = ",\n".join("  " + json.dumps(e) for e in events)
+    head = json.dumps(trace)[1:-1]
+    path.write_text("{" + head + ',\n  "traceEvents": [\n' + blocks.replace("}, {", "},\n  {") + "\n  ]\n}")
 
 
 def _stream_wait(rank: Rank, index: int, kernel: Kernel, launch_us: float) -> list[dict]:
@@ -207,15 +213,5 @@ def write_gloo_run(folder: Path, ranks: list[GlooRank], world_size: int, groups:
             events.append({"ph": "X", "cat": "user_annotation", "name": f"gloo:{call.op.replace('allreduce', 'all_reduce')}",
                            "pid": rank.pid, "tid": worker[call.group], "ts": call.start_us, "dur": call.dur_us,
                            "args": {"Input Dims": dims, "Input type": ["float"]}})
-        trace = {
-            "schemaVersion": 1,
-            "distributedInfo": {"backend": "gloo", "rank": rank.rank, "world_size": world_size,
-                                "pg_config": [{"pg_name": name, "pg_desc": "default_pg" if name == "0" else f"group_{name}",
-                                               "backend_config": "cpu:gloo", "pg_size": len(members[name]),
-                                               "ranks": members[name]} for name in mine]},
-            "host_name": rank.host,
-            "traceEvents": events,
-            "baseTimeNanoseconds": BASE_NS,
-        }
-        (folder / f"rank{rank.rank}.json").write_text(json.dumps(trace))
+        _write_trace(folder / f"rank{rank.rank}.json", "gloo", rank.rank, world_size, members, rank.host, events)
     return folder

@@ -178,9 +178,14 @@ def predicted(store: Warehouse, run_id: str, gbps: float, *options: str, ranks: 
 
 def ingested(folder, ranks: list[Rank], world_size: int, groups: dict[str, list[int]] | None = None) -> Warehouse:
     """The ranks' traces written to `folder`/run and ingested as run "r" at 1 Gbit/s, in `folder`/warehouse."""
-    store = Warehouse(folder / "warehouse")
+    return ingested_run(write_run(folder / "run", ranks, world_size, groups=groups))
+
+
+def ingested_run(run) -> Warehouse:
+    """Run folder `run` ingested as run "r" at 1 Gbit/s, into a warehouse beside it."""
+    store = Warehouse(run.parent / "warehouse")
     store.ensure()
-    ingest_directly(store, write_run(folder / "run", ranks, world_size, groups=groups), "r", overrides={"link_gbps": 1})
+    ingest_directly(store, run, "r", overrides={"link_gbps": 1})
     return store
 
 
@@ -288,7 +293,7 @@ def test_a_gloo_transfer_keeps_on_any_link_what_its_hosts_own_stack_took_for_its
             calls += [GlooCall(tp, 14_200, 26_100 + late, 312_500)]
             compute.append((12_200, 2_000))
         ranks.append(GlooRank(rank, f"host-{rank // 2}", (1, 0, 45_500), compute, calls, pid=100 + rank))
-    store = half_busy_run(tmp_path, write_gloo_run(tmp_path / "run", ranks, 4, {"1": [0, 2], "2": [1, 3], "3": [0, 1], "4": [2, 3]}))
+    store = half_busy_run(write_gloo_run(tmp_path / "run", ranks, 4, {"1": [0, 2], "2": [1, 3], "3": [0, 1], "4": [2, 3]}))
     network = table_rows(store, "SELECT DISTINCT pg, scope, transfer_ns, rest_ns FROM whatif_inputs WHERE scope = 'inter'")
     assert network == [{"pg": "1", "scope": "inter", "transfer_ns": 22 * MS, "rest_ns": 4 * MS}]
     own, slower, faster = (predicted(store, "r", gbps, ranks=4)["step_ms"] for gbps in (1.0, 0.5, 2.0))
@@ -308,19 +313,16 @@ def test_nccl_keeps_what_a_transfer_took_beyond_its_bits_as_the_protocols(tmp_pa
         Kernel(12_200, 13_000, allreduce, "allreduce", 312_500, pg="dp", seq=1, stream=41, launch_us=5_050)
         if rank % 2 == 0 else Kernel(12_200, 2_000, launch_us=5_050),
     ], pid=100 + rank) for rank in range(4)]
-    store = half_busy_run(tmp_path, write_run(tmp_path / "run", ranks, 4, groups={"tp0": [0, 1], "tp1": [2, 3], "dp": [0, 2]}))
+    store = half_busy_run(write_run(tmp_path / "run", ranks, 4, groups={"tp0": [0, 1], "tp1": [2, 3], "dp": [0, 2]}))
     network = table_rows(store, "SELECT DISTINCT pg, transfer_ns, rest_ns FROM whatif_inputs WHERE scope = 'inter'")
     assert network == [{"pg": "dp", "transfer_ns": 13 * MS, "rest_ns": 0}]
 
 
-def half_busy_run(tmp_path, folder) -> Warehouse:
-    """The run in `folder` with its hosts' CPUs sampled half busy every 5 ms, ingested at 1 Gbit/s."""
-    (folder / "cpu.hosts.csv").write_text("t_ns,host,cpu,busy_ticks,idle_ticks\n" + "".join(
+def half_busy_run(run) -> Warehouse:
+    """Run folder `run` with its hosts' CPUs sampled half busy every 5 ms, ingested (`ingested_run`)."""
+    (run / "cpu.hosts.csv").write_text("t_ns,host,cpu,busy_ticks,idle_ticks\n" + "".join(
         f"{BASE_NS + t * MS},host-{host},-1,{50 * t},{50 * t}\n" for host in (0, 1) for t in range(-5, 55, 5)))
-    store = Warehouse(tmp_path / "warehouse")
-    store.ensure()
-    ingest_directly(store, folder, "r", overrides={"link_gbps": 1})
-    return store
+    return ingested_run(run)
 
 
 def rail_run(tmp_path, nics: dict[int, int]) -> Warehouse:
@@ -337,10 +339,7 @@ def rail_run(tmp_path, nics: dict[int, int]) -> Warehouse:
     folder = tmp_path / "-".join(map(str, nics.values())) / "run"
     write_run(folder, ranks, 4, groups=groups)
     write_nccl_logs(folder, ranks, groups, nics)
-    store = Warehouse(folder.parent / "warehouse")
-    store.ensure()
-    ingest_directly(store, folder, "r", overrides={"link_gbps": 1})
-    return store
+    return ingested_run(folder)
 
 
 @pytest.mark.parametrize("nics", [{0: 0, 1: 1, 2: 0, 3: 1}, {0: 0, 1: 0, 2: 0, 3: 0}])
