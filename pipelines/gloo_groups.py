@@ -18,9 +18,11 @@ Two things in the trace say it instead:
   every rank at about the same time), while instances of other groups end when they happen to. For
   each thread and each of its rank's groups, the cost is how far the thread's instances end from
   the nearest instance of the same op and size (overlapping it) on the group's farthest other
-  member, as a share of the instance's own duration, 1 where a member has none; a send or receive
-  needs only its peer in the group. Its mean over the thread's instances is the thread's cost in
-  that group.
+  member, as a share of the time the two span together, 1 where a member has none; a send or
+  receive needs only its peer in the group. Its mean over the thread's instances is the thread's
+  cost in that group. (A share of the instance's own duration would put the last member to
+  arrive, which waits least, as far from its partner as from no instance at all on a busy
+  machine, where ends are seen milliseconds apart.)
 
 Each rank's threads are then given groups in order, each group at most `capacity` threads, with the
 least total cost: a small dynamic programme per rank. The costs favour the smallest group whose
@@ -104,11 +106,11 @@ def end_distances(rank: np.ndarray, kind: np.ndarray, elements: np.ndarray, star
                   ranks: np.ndarray) -> np.ndarray:
     """instances x ranks: how far each instance's end lies from the nearest end of an instance on
     that rank of the matching kind (a receive for a send, the same op otherwise) and size that
-    overlaps it in time, as a share of its duration, capped at 1 (1 also where there is none);
-    0 on its own rank."""
+    overlaps it in time, as a share of the time the two span together: below 1 for any such
+    instance, however short the own (the last member to arrive waits least), and 1 where there is
+    none; 0 on its own rank."""
     distance = np.ones((len(rank), len(ranks)))
     column = {int(r): k for k, r in enumerate(ranks)}
-    duration = np.maximum(end - start, 1).astype(float)
     keys: dict[tuple, list[int]] = {}  # (op, size) -> the instances of that kind
     for i, key in enumerate(zip(kind.tolist(), elements.tolist())):
         keys.setdefault(key, []).append(i)
@@ -123,13 +125,14 @@ def end_distances(rank: np.ndarray, kind: np.ndarray, elements: np.ndarray, star
             on_other = on_other[np.argsort(end[on_other])]
             ends = end[on_other]
             at = np.searchsorted(ends, end[mine])
-            best = np.full(len(mine), np.inf)
+            best = np.ones(len(mine))
             for neighbour in (at - 1, at):
                 valid = (neighbour >= 0) & (neighbour < len(ends))
                 j = on_other[np.clip(neighbour, 0, len(ends) - 1)]
                 overlaps = valid & (start[j] < end[mine]) & (end[j] > start[mine])
-                best = np.where(overlaps, np.minimum(best, np.abs(end[j] - end[mine])), best)
-            distance[mine, column[int(other)]] = np.minimum(best / duration[mine], 1.0)
+                span = np.maximum(np.maximum(end[j], end[mine]) - np.minimum(start[j], start[mine]), 1)
+                best = np.where(overlaps, np.minimum(best, np.abs(end[j] - end[mine]) / span), best)
+            distance[mine, column[int(other)]] = best
     distance[np.arange(len(rank)), [column[int(r)] for r in rank]] = 0.0
     return distance
 

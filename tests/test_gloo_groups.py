@@ -32,10 +32,11 @@ MESH_JOB = textwrap.dedent('''
         dp, tp = mesh.get_group("dp"), mesh.get_group("tp")
         partner = [r for r in dist.get_process_group_ranks(dp) if r != rank][0]
         x, y = torch.randn(256, 1024), torch.randn(64, 1024)
-        schedule = torch.profiler.schedule(wait=0, warmup=1, active=3)
+        # Five steps: each group's two worker threads show up, whose order then settles the groups.
+        schedule = torch.profiler.schedule(wait=0, warmup=1, active=5)
         with torch.profiler.profile(record_shapes=True, schedule=schedule,
                                     on_trace_ready=lambda p: p.export_chrome_trace(os.path.join(folder, f"rank{rank}.json"))) as profiler:
-            for step in range(4):
+            for step in range(6):
                 dist.all_reduce(x, group=tp)
                 pending = dist.all_reduce(y, group=dp, async_op=True)
                 dist.all_reduce(x, group=tp)
@@ -140,3 +141,32 @@ def test_threads_started_across_the_wrap_of_thread_ids_serve_the_groups_made_fir
     for rank, (fsdp_a, fsdp_b, tp_a, tp_b) in tids.items():
         assert {groups[rank, str(t)] for t in (fsdp_a, fsdp_b)} == {"1" if rank % 2 == 0 else "2"}, groups
         assert {groups[rank, str(t)] for t in (tp_a, tp_b)} == {"3" if rank < 2 else "4"}, groups
+
+
+def test_the_last_member_to_arrive_stays_in_its_group_though_its_partner_ends_long_after_it_began():
+    """A loaded machine: rank 0 joins its dp all-reduce last, for half a millisecond, and its
+    partner's end is seen 2 ms later. Rank 0's second default-group thread ran nothing, so its
+    order leaves that dp thread to the default group or to dp: measured against its own short
+    duration both are as far as can be, measured against the time the two instances span the
+    partner is near and the default group's other ranks, which ended their dp all-reduce apart,
+    are not."""
+    tids = {rank: (100 * rank + 10, 100 * rank + 11, 100 * rank + 20, 100 * rank + 21, 100 * rank + 30, 100 * rank + 31)
+            for rank in range(4)}
+    rows = []
+    for k in range(3):
+        at = 100 * k
+        for rank, (d0, d1, p0, p1, t0, t1) in tids.items():
+            rows.append((rank, d0 if k % 2 == 0 or rank == 0 else d1, at, at + 10, "allreduce"))
+            begin, end = at + 20, at + (30 if rank % 2 == 0 else 26)  # the two dp pairs end apart
+            if k == 0 and rank == 0:
+                begin = at + 29.5
+            if k == 0 and rank == 2:
+                end = at + 32
+            rows.append((rank, p0 if k == 0 else p1, begin, end, "allreduce"))
+            rows.append((rank, t0 if k % 2 else t1, at + 40, at + 50 + rank // 2, "allreduce"))
+    found = assign(instances(rows), GROUPS).to_pylist()
+    groups = {(row["rank"], row["tid"]): row["pg_name"] for row in found}
+    assert groups[0, "20"] == groups[0, "21"] == "1", groups
+    for rank, (d0, d1, p0, p1, t0, t1) in tids.items():
+        assert {groups[rank, str(t)] for t in (d0, d1) if (rank, str(t)) in groups} == {"0"}, groups
+        assert {groups[rank, str(t)] for t in (t0, t1)} == {"3" if rank < 2 else "4"}, groups
