@@ -22,11 +22,11 @@
 -- a faster link speeds up too), or the rate is unknown, the part no link shortens is the latency of its op on its link: the
 -- intercept of a least-squares line of share against the bits each rank sends over the run's
 -- collectives of that op and link (0 when they all have one size); but for gloo, where the host's
--- ranks also talk among themselves, at least as much of what the period took beyond its bits at
--- the rate as the host's own network stack takes for those bits (its gloo collectives within the
--- host, begin to end per bit): gloo's bytes between hosts pass through the same TCP stacks, which
--- no NIC speeds up (NCCL's take other paths within a host than between hosts, so it keeps the
--- latency line). That latency is also all that
+-- ranks also talk among themselves, all that the period took beyond its bits at the rate: those
+-- ranks' own transfers run through the host's TCP stack on the same CPUs as the network's, and
+-- what the network's take beyond the wire is the host's, which no NIC speeds up (NCCL's take
+-- other paths within a host than between hosts, so it keeps the latency line). That latency is
+-- also all that
 -- stays at full line rate (`latency_ns`). The intercept needs no line rate, so the split holds on
 -- a link of unknown rate too. `wire_ns` = 8 S f / link_gbps is the transfer at the run's
 -- full line rate. The rest of the share is transfer. How long a rank waited for a late rank is in
@@ -68,9 +68,8 @@
 --   transfer_ns BIGINT  The part of its time a faster link shortens in proportion.
 --   rest_ns BIGINT  The part no faster link shortens: where the line rate is known and the host's
 --       CPUs were saturated, what the busy period took beyond what the host's link carried at that
---       rate (the CPU's part); else the latency of its op on its link or, where more (gloo), what
---       its host's own network stack takes for its bits (at most what it took beyond them at the
---       line rate).
+--       rate (the CPU's part); else the latency of its op on its link or, for gloo on a host whose
+--       ranks also talk among themselves, all it took beyond its bits at the line rate.
 --   latency_ns BIGINT  The part not even the full line rate removes: the latency of its op on its
 --       link (the least-squares intercept), at most `rest_ns`; `rest_ns` less the transport's
 --       inefficiency, which the full line rate removes (transfers = 'line rate').
@@ -156,32 +155,28 @@ host_cpu AS (
   JOIN cpu_windows AS c ON c.host = p.host AND c.start_ns < p.period_end_ns AND c.end_ns > p.period_start_ns
   GROUP BY p.channel, p.link, p.period
 ),
-host_stacks AS (
-  -- How long each host's network stack took per bit between two of its own ranks: its gloo
-  -- collectives within the host (loopback, which no NIC shapes), begin to end over their bits.
-  SELECT host, sum(collective_end_ns - begin_ns) / sum(bits) AS ns_per_bit
-  FROM (SELECT DISTINCT collective_key, host, bits, begin_ns, collective_end_ns FROM wired
-        WHERE link = 'intra' AND timeline = 'cpu' AND bits > 0)
-  GROUP BY host
+talking_hosts AS (
+  -- Hosts whose gloo ranks also talk among themselves (collectives within the host, over loopback).
+  SELECT DISTINCT host FROM wired WHERE link = 'intra' AND timeline = 'cpu' AND bits > 0
 ),
 linked AS (
   -- The share of a period the link itself needed at its line rate, where the rest was the CPU's:
   -- its rate is known and the host's CPUs were not free (saturated, or not sampled). Where they had
   -- time to spare, what the period took beyond the link's bits is the protocol using the link
-  -- badly, which a faster link speeds up too (NULL: the latency line below decides), but for as
-  -- much as the host's own stack takes for those bits between two of its gloo ranks (`host_fraction`).
+  -- badly, which a faster link speeds up too (NULL: the latency line below decides), except on a
+  -- host whose gloo ranks also talk among themselves: there it is the host's (`host_fraction`).
   SELECT s.*,
     CASE WHEN s.wire_fraction > 0 AND coalesce(c.cpu_busy, 1) >= cpu_saturated_share()
       THEN least(1.0, s.wire_fraction) END AS link_fraction,
-    CASE WHEN s.wire_fraction > 0 AND s.link = 'network' AND s.timeline = 'cpu' AND h.ns_per_bit IS NOT NULL
-      THEN least(greatest(1.0 - s.wire_fraction, 0), s.period_bits * h.ns_per_bit / s.period_ns) END AS host_fraction
+    CASE WHEN s.wire_fraction > 0 AND s.link = 'network' AND s.timeline = 'cpu' AND h.host IS NOT NULL
+      THEN greatest(1.0 - s.wire_fraction, 0) END AS host_fraction
   FROM (
     -- The period's bits at the line rate, as a share of the period; NULL where the rate is unknown.
     SELECT *, CASE WHEN link_gbps > 0 THEN period_bits / link_gbps / period_ns END AS wire_fraction
     FROM (SELECT *, greatest(period_end_ns - period_start_ns, 1) AS period_ns FROM shared)
   ) AS s
   LEFT JOIN host_cpu AS c USING (channel, link, period)
-  LEFT JOIN host_stacks AS h ON h.host = s.host
+  LEFT JOIN talking_hosts AS h ON h.host = s.host
 ),
 collective_shares AS (
   SELECT collective_key, any_value(op) AS op, any_value(link) AS link, any_value(bits) AS bits,

@@ -272,16 +272,14 @@ def test_two_groups_kernels_of_one_name_that_start_together_each_move_with_their
     assert [found[gbps]["step_ms"] for gbps in (1.0, 0.5, 2.0)] == pytest.approx([30, 45, 22.5], abs=0.01)
 
 
-def test_a_gloo_transfer_keeps_on_any_link_what_its_hosts_own_stack_took_for_its_bits(tmp_path):
+def test_a_gloo_transfer_keeps_on_any_link_what_it_took_beyond_its_bits_where_its_hosts_ranks_talk_among_themselves(tmp_path):
     """Worked by hand. Two hosts of two gloo ranks, 1 Gbit/s, CPUs half busy. Each host's tp group
-    all-reduces 1.25 MB (10^7 bits) in 2 ms, twice (2.05 ms the second time on the second host),
-    through its own loopback: 0.2 ns a bit (0.2025). Between
-    them ranks 0 and 2 all-reduce 2.5 MB over the network in 26 ms, 20 of them its bits at the line
-    rate, while ranks 1 and 3 wait for them in the second tp all-reduce. Of the 6 ms beyond the
-    wire, the 4 ms its bits took the hosts' stacks stay on any link and the rest is the protocol's:
-    at 0.5 Gbit/s it takes 48 ms and every step grows 22 ms, at 2 Gbit/s 15 ms, 11 ms shorter. All
-    6 ms the protocol's (what CPUs with time to spare said before) gave +26 and -13 ms; all the
-    CPU's, +20 and -10."""
+    all-reduces 1.25 MB through its own loopback, twice. Between them ranks 0 and 2 all-reduce
+    2.5 MB over the network in 26 ms, 20 of them its bits at the line rate, while ranks 1 and 3
+    wait for them in the second tp all-reduce. The 6 ms beyond the wire are the hosts', whose CPUs
+    also carry their ranks' own transfers, and stay on any link: at 0.5 Gbit/s it takes 46 ms and
+    every step grows 20 ms, at 2 Gbit/s 16 ms, 10 ms shorter. All 6 ms the protocol's (what CPUs
+    with time to spare say where a host's ranks do not talk among themselves) gave +26 and -13 ms."""
     ranks = []
     for rank in range(4):
         tp, crosses, late = "3" if rank < 2 else "4", rank % 2 == 0, 50 * (rank // 2)  # the hosts' groups end apart
@@ -295,10 +293,18 @@ def test_a_gloo_transfer_keeps_on_any_link_what_its_hosts_own_stack_took_for_its
         ranks.append(GlooRank(rank, f"host-{rank // 2}", (1, 0, 45_500), compute, calls, pid=100 + rank))
     store = half_busy_run(write_gloo_run(tmp_path / "run", ranks, 4, {"1": [0, 2], "2": [1, 3], "3": [0, 1], "4": [2, 3]}))
     network = table_rows(store, "SELECT DISTINCT pg, scope, transfer_ns, rest_ns FROM whatif_inputs WHERE scope = 'inter'")
-    assert network == [{"pg": "1", "scope": "inter", "transfer_ns": 22 * MS, "rest_ns": 4 * MS}]
+    assert network == [{"pg": "1", "scope": "inter", "transfer_ns": 20 * MS, "rest_ns": 6 * MS}]
     own, slower, faster = (predicted(store, "r", gbps, ranks=4)["step_ms"] for gbps in (1.0, 0.5, 2.0))
     print(f"step {own:.2f} ms, at 0.5 Gbit/s {slower - own:+.2f} ms, at 2 Gbit/s {faster - own:+.2f} ms")
-    assert (slower - own, faster - own) == pytest.approx((22, -11), abs=0.01)
+    assert (slower - own, faster - own) == pytest.approx((20, -10), abs=0.01)
+
+    # The same transfer between hosts of one rank each, which talk to no one else: the protocol's.
+    alone = [GlooRank(rank, f"host-{rank}", (1, 0, 45_500), [(200, 10_000), (38_300, 5_000)],
+                      [GlooCall("1", 12_200, 26_000, 625_000)], pid=100 + rank) for rank in range(2)]
+    store = half_busy_run(write_gloo_run(tmp_path / "alone", alone, 2, {"1": [0, 1]}))
+    assert table_rows(store, "SELECT DISTINCT transfer_ns, rest_ns FROM whatif_inputs") == [{"transfer_ns": 26 * MS, "rest_ns": 0}]
+    own, slower, faster = (predicted(store, "r", gbps, ranks=2)["step_ms"] for gbps in (1.0, 0.5, 2.0))
+    assert (slower - own, faster - own) == pytest.approx((26, -13), abs=0.01)
 
 
 def test_nccl_keeps_what_a_transfer_took_beyond_its_bits_as_the_protocols(tmp_path):
