@@ -25,10 +25,13 @@ Two things in the trace say it instead:
   machine, where ends are seen milliseconds apart.)
 
 Each rank's threads are then given groups in order, each group at most `capacity` threads, with the
-least total cost: a small dynamic programme per rank. The costs favour the smallest group whose
-members all end together, so where a bigger group's collective ends first on a smaller group's
-members (a default group's all-reduce on the ranks of one host) and the order and capacity leave a
-choice, the smaller group is taken: a limit of timing.
+least total cost and, among equal costs, the fewest members: a small dynamic programme per rank. A
+group fits a thread at least as badly as a group of some of its members, so the costs favour the
+smallest group whose members all end together; where they tie, as when a default group that ran
+nothing leaves its place in the order free and another pair's ends lie nearer than the partner's,
+the smaller group is the one the instances show. Where a bigger group's collective ends first on a
+smaller group's members (a default group's all-reduce on the ranks of one host) and the order and
+capacity leave a choice, the smaller group is taken too: a limit of timing.
 
 gloo runs a send or a receive on the thread that called it, inside the `c10d::send` or
 `c10d::recv_` operator that names its peer by the peer's rank in the group. Such an instance goes
@@ -161,23 +164,30 @@ def start_orders(threads: list[str]) -> list[list[str]]:
     return [ids, ids[turn:] + ids[:turn]]
 
 
-def in_order(costs: np.ndarray, capacity: int) -> list[int]:
+def in_order(costs: np.ndarray, capacity: int, sizes: list[int]) -> list[int]:
     """The groups (columns) for threads (rows) in order, never going back to an earlier group, at
-    most `capacity` threads each, with the least total cost."""
+    most `capacity` threads each, with the least total cost and, among equal costs, the fewest
+    members (`sizes`, per group) summed over the threads: a group fits a thread at least as badly
+    as any group of some of its members, so on a tie the smaller group is the one its instances
+    show (a default group that ran nothing while profiling leaves its place in the order free)."""
     threads, groups = costs.shape
-    best = {(g, 1): (costs[0, g], [g]) for g in range(groups)}
+
+    def score(total: float, members: int) -> tuple:
+        return round(total, 9), members
+
+    best = {(g, 1): (costs[0, g], sizes[g], [g]) for g in range(groups)}
     for t in range(1, threads):
         following: dict[tuple, tuple] = {}
-        for (g, used), (total, path) in best.items():
+        for (g, used), (total, members, path) in best.items():
             for h in range(g, groups):
                 if h == g and used == capacity:
                     continue
                 state = (h, used + 1 if h == g else 1)
-                candidate = (total + costs[t, h], path + [h])
-                if state not in following or candidate[0] < following[state][0]:
+                candidate = (total + costs[t, h], members + sizes[h], path + [h])
+                if state not in following or score(*candidate[:2]) < score(*following[state][:2]):
                     following[state] = candidate
         best = following
-    return min(best.values(), key=lambda found: found[0])[1]
+    return min(best.values(), key=lambda found: score(*found[:2]))[2]
 
 
 def assign(instances: pa.Table, groups: pa.Table) -> pa.Table:
@@ -222,7 +232,7 @@ def assign(instances: pa.Table, groups: pa.Table) -> pa.Table:
             fits = []  # per order the threads were possibly started in: its total cost, the ids' own first
             for order in start_orders(list(threads)):
                 costs = np.array([cost[t] for t in order])
-                chosen = in_order(costs, capacity)
+                chosen = in_order(costs, capacity, [len(g.members) for g in candidates])
                 fits.append((float(costs[np.arange(len(order)), chosen].sum()), order, chosen))
             _, order, chosen = min(fits, key=lambda fit: round(fit[0], 9))
             for t, g in zip(order, chosen):

@@ -170,3 +170,23 @@ def test_the_last_member_to_arrive_stays_in_its_group_though_its_partner_ends_lo
     for rank, (d0, d1, p0, p1, t0, t1) in tids.items():
         assert {groups[rank, str(t)] for t in (d0, d1) if (rank, str(t)) in groups} == {"0"}, groups
         assert {groups[rank, str(t)] for t in (t0, t1)} == {"3" if rank < 2 else "4"}, groups
+
+
+def test_a_group_fitting_as_well_as_the_default_group_of_all_ranks_takes_the_thread():
+    """A 2 x 2 mesh whose default group ran nothing while profiling, so each rank's first place in
+    the order is free. The two dp pairs all-reduce at once, and on rank 1 the other pair's ends lie
+    nearer its own than its partner's does: the default group of all four fits its dp thread
+    exactly as well as dp. The group of fewer members is the one its instances show."""
+    tids = {rank: (100 * rank + 20, 100 * rank + 21, 100 * rank + 30, 100 * rank + 31) for rank in range(4)}
+    ends = {0: 10.1, 1: 10.0, 2: 10.2, 3: 10.4}  # the dp pairs (0, 2) and (1, 3)
+    rows = []
+    for k in range(3):
+        at = 100 * k
+        for rank, (p0, p1, t0, t1) in tids.items():
+            rows.append((rank, p0 if k % 2 == 0 else p1, at, at + ends[rank], "allreduce"))
+            rows.append((rank, t0 if k % 2 else t1, at + 40, at + 50 + 3 * (rank // 2), "allreduce"))
+    found = assign(instances(rows), GROUPS).to_pylist()
+    groups = {(row["rank"], row["tid"]): row["pg_name"] for row in found}
+    for rank, (p0, p1, t0, t1) in tids.items():
+        assert {groups[rank, str(t)] for t in (p0, p1)} == {"1" if rank % 2 == 0 else "2"}, groups
+        assert {groups[rank, str(t)] for t in (t0, t1)} == {"3" if rank < 2 else "4"}, groups
