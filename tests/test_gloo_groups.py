@@ -104,6 +104,19 @@ GROUPS = pa.table({
 })
 
 
+def assigned(rows: list[tuple]) -> dict[tuple[int, str], str]:
+    """Each (rank, thread)'s group, as `assign` gives it for the 2 x 2 mesh of GROUPS."""
+    return {(row["rank"], row["tid"]): row["pg_name"] for row in assign(instances(rows), GROUPS).to_pylist()}
+
+
+def assert_mesh_groups(groups: dict[tuple[int, str], str], threads: dict[int, tuple[tuple, tuple]]) -> None:
+    """Each rank's threads of the dimension across hosts in its pair, (0, 2) or (1, 3), and its tp
+    threads in its host's pair."""
+    for rank, (across, tp) in threads.items():
+        assert {groups[rank, str(t)] for t in across} == {"1" if rank % 2 == 0 else "2"}, groups
+        assert {groups[rank, str(t)] for t in tp} == {"3" if rank < 2 else "4"}, groups
+
+
 def test_groups_of_the_same_members_are_told_apart_by_their_threads_order():
     """Two groups of all four ranks (the default one and a mesh of one dimension over the world): a
     rank's threads started first serve the group made first."""
@@ -136,11 +149,7 @@ def test_threads_started_across_the_wrap_of_thread_ids_serve_the_groups_made_fir
             # instances ending together and apart from the other pair's.
             rows.append((rank, fsdp_a if k % 2 else fsdp_b, at, at + 10 + 2 * (rank % 2), "allgather"))
             rows.append((rank, tp_a if k % 2 else tp_b, at + 20, at + 30 + 3 * (rank // 2), "allreduce"))
-    found = assign(instances(rows), GROUPS).to_pylist()
-    groups = {(row["rank"], row["tid"]): row["pg_name"] for row in found}
-    for rank, (fsdp_a, fsdp_b, tp_a, tp_b) in tids.items():
-        assert {groups[rank, str(t)] for t in (fsdp_a, fsdp_b)} == {"1" if rank % 2 == 0 else "2"}, groups
-        assert {groups[rank, str(t)] for t in (tp_a, tp_b)} == {"3" if rank < 2 else "4"}, groups
+    assert_mesh_groups(assigned(rows), {rank: (t[:2], t[2:]) for rank, t in tids.items()})
 
 
 def test_the_last_member_to_arrive_stays_in_its_group_though_its_partner_ends_long_after_it_began():
@@ -164,12 +173,11 @@ def test_the_last_member_to_arrive_stays_in_its_group_though_its_partner_ends_lo
                 end = at + 32
             rows.append((rank, p0 if k == 0 else p1, begin, end, "allreduce"))
             rows.append((rank, t0 if k % 2 else t1, at + 40, at + 50 + rank // 2, "allreduce"))
-    found = assign(instances(rows), GROUPS).to_pylist()
-    groups = {(row["rank"], row["tid"]): row["pg_name"] for row in found}
+    groups = assigned(rows)
     assert groups[0, "20"] == groups[0, "21"] == "1", groups
-    for rank, (d0, d1, p0, p1, t0, t1) in tids.items():
+    for rank, (d0, d1, *_) in tids.items():
         assert {groups[rank, str(t)] for t in (d0, d1) if (rank, str(t)) in groups} == {"0"}, groups
-        assert {groups[rank, str(t)] for t in (t0, t1)} == {"3" if rank < 2 else "4"}, groups
+    assert_mesh_groups(groups, {rank: (t[2:4], t[4:]) for rank, t in tids.items()})
 
 
 def test_a_group_fitting_as_well_as_the_default_group_of_all_ranks_takes_the_thread():
@@ -185,8 +193,4 @@ def test_a_group_fitting_as_well_as_the_default_group_of_all_ranks_takes_the_thr
         for rank, (p0, p1, t0, t1) in tids.items():
             rows.append((rank, p0 if k % 2 == 0 else p1, at, at + ends[rank], "allreduce"))
             rows.append((rank, t0 if k % 2 else t1, at + 40, at + 50 + 3 * (rank // 2), "allreduce"))
-    found = assign(instances(rows), GROUPS).to_pylist()
-    groups = {(row["rank"], row["tid"]): row["pg_name"] for row in found}
-    for rank, (p0, p1, t0, t1) in tids.items():
-        assert {groups[rank, str(t)] for t in (p0, p1)} == {"1" if rank % 2 == 0 else "2"}, groups
-        assert {groups[rank, str(t)] for t in (t0, t1)} == {"3" if rank < 2 else "4"}, groups
+    assert_mesh_groups(assigned(rows), {rank: (t[:2], t[2:]) for rank, t in tids.items()})
