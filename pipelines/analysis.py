@@ -47,6 +47,7 @@ BUILD_ORDER = (
     "_fr_groups",
     "collective_bw",
     "step_sync",
+    "_host_traffic",
     "net_utilization",
     "network_summary",
     "gradient_buckets",

@@ -5,15 +5,12 @@
 -- computed for the interface of the run's link (runs.link_interface) against its line rate. This
 -- is the paper's view: what the NIC actually carried, whatever carried it.
 -- 'collectives': what the collectives say each host had to move, so that runs without counters
--- still get a curve and runs with both show the gap. Each collective contributes its
--- bus-bandwidth bytes (factor x S: what a rank sends in the ring model), spread evenly over its
--- transfer (the last transfer_ns before it ended on that host) and binned into windows of the
--- sampling interval (100 ms when the run has no samples). An inter-node collective counts once per
--- host, as traffic through the host's NIC (interface 'network'), or through the NICs its NCCL logs
--- name (interface 'nic <n>[,<m>...]', judged against their rates together: on a host with a NIC
--- per GPU, each GPU's own; see collectives.nics); an intra-node one counts for each of the host's
--- ranks, as traffic inside the host (interface 'intra-host'). Windows with no traffic over the
--- ranks' activity are included, with zero.
+-- still get a curve and runs with both show the gap. What each host's links had to move for each
+-- collective (`_host_traffic`: once per host through its NIC or the NICs its NCCL logs name, for
+-- each of its ranks inside the host) is spread evenly over the collective's transfer there and
+-- binned into windows of the sampling interval (100 ms when the run has no samples). NIC
+-- interfaces named by NCCL logs are judged against their rates together: on a host with a NIC per
+-- GPU, each GPU's own. Windows with no traffic over the ranks' activity are included, with zero.
 --
 -- Grain: one row per run, host, source, interface and time window.
 --
@@ -62,22 +59,6 @@ window_size AS (
 rank_hosts AS (
   SELECT DISTINCT rank, host FROM ranks WHERE host IS NOT NULL
 ),
-host_traffic AS (
-  -- Inter-node: once per host (max over its ranks); intra-node: every rank of the host.
-  SELECT
-    h.host,
-    CASE WHEN b.scope = 'intra' THEN 'intra-host' ELSE coalesce('nic ' || c.nics, 'network') END AS interface,
-    b.collective_key,
-    CASE WHEN b.scope = 'intra' THEN sum(b.bytes * busbw_factor(b.op, b.group_size))
-         ELSE max(b.bytes * busbw_factor(b.op, b.group_size)) END AS bytes,
-    max(b.start_ns + b.dur_ns) - max(b.transfer_ns) AS transfer_start_ns,
-    max(b.start_ns + b.dur_ns) AS transfer_end_ns
-  FROM collective_bw AS b
-  JOIN rank_hosts AS h USING (rank)
-  LEFT JOIN collectives AS c USING (rank, collective_key)
-  WHERE b.bytes * busbw_factor(b.op, b.group_size) > 0
-  GROUP BY h.host, b.scope, c.nics, b.collective_key
-),
 traffic_windows AS (
   SELECT
     t.host,
@@ -86,7 +67,7 @@ traffic_windows AS (
     t.bytes * (
       least(t.transfer_end_ns, (window_index + 1) * w.ns) - greatest(t.transfer_start_ns, window_index * w.ns)
     ) / greatest(t.transfer_end_ns - t.transfer_start_ns, 1) AS bytes
-  FROM host_traffic AS t, window_size AS w,
+  FROM _host_traffic AS t, window_size AS w,
     unnest(range(t.transfer_start_ns // w.ns, (t.transfer_end_ns - 1) // w.ns + 1)) AS r(window_index)
 ),
 activity_windows AS (
@@ -109,7 +90,7 @@ derived AS (
     CAST(round(coalesce(sum(t.bytes), 0)) AS BIGINT) AS rx_bytes,
     CAST(round(coalesce(sum(t.bytes), 0)) AS BIGINT) AS tx_bytes
   FROM activity_windows AS a
-  JOIN (SELECT DISTINCT host, interface FROM host_traffic) AS i USING (host)
+  JOIN (SELECT DISTINCT host, interface FROM _host_traffic) AS i USING (host)
   CROSS JOIN window_size AS w
   LEFT JOIN traffic_windows AS t ON t.host = a.host AND t.interface = i.interface AND t.window_index = a.window_index
   GROUP BY a.host, i.interface, a.window_index, w.ns

@@ -4,7 +4,10 @@
 -- utilisation over every window of the run, and the mean utilisation over the windows in which the
 -- host's collectives were moving data (a network that looks idle on average may still be the
 -- bottleneck while it is used; one that is far from its line rate even then is not limited by
--- its capacity).
+-- its capacity). The derived rows are also rated exactly, without windows: what the host's
+-- collectives moved on the interface over the time any of them was moving it (`_host_traffic`,
+-- the union of their transfers), so that transfers running at once on one host add up, as they
+-- do on its NIC. The verdict judges the network's use by that.
 --
 -- Grain: one row per run, host, source and interface.
 -- Empty without: net_utilization
@@ -25,6 +28,11 @@
 --   peak_utilization DOUBLE  peak_gbps / link_gbps.
 --   comm_windows BIGINT  Windows in which the host's collectives moved data (derived series > 0).
 --   comm_mean_utilization DOUBLE  Mean utilisation over those windows only.
+--   transfer_ns BIGINT  For 'collectives': the time any of the host's collectives was moving data
+--       on the interface (the union of their transfers); NULL for 'counters'.
+--   transfer_gbps DOUBLE  For 'collectives': their bus-bandwidth bits over transfer_ns, Gbit/s: the
+--       rate the interface carried while in use, transfers at the same time summed.
+--   transfer_utilization DOUBLE  transfer_gbps / link_gbps.
 WITH busy AS (
   SELECT
     *,
@@ -49,6 +57,28 @@ comm AS (
   SELECT host, source, interface, count(*) AS comm_windows, avg(utilization) AS comm_mean_utilization
   FROM in_comm
   GROUP BY ALL
+),
+transfer_islands AS (
+  -- Each transfer opens a new stretch of use where it starts after all earlier ones have ended.
+  SELECT host, interface, bytes, transfer_start_ns, transfer_end_ns,
+    sum(CASE WHEN transfer_start_ns < earlier_end_ns THEN 0 ELSE 1 END) OVER (
+      PARTITION BY host, interface ORDER BY transfer_start_ns, transfer_end_ns ROWS UNBOUNDED PRECEDING
+    ) AS island
+  FROM (
+    SELECT *, max(transfer_end_ns) OVER (
+      PARTITION BY host, interface ORDER BY transfer_start_ns, transfer_end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS earlier_end_ns
+    FROM _host_traffic
+  )
+),
+in_use AS (
+  SELECT host, 'collectives' AS source, interface, sum(bytes) AS bytes, sum(island_ns) AS transfer_ns
+  FROM (
+    SELECT host, interface, island, sum(bytes) AS bytes, max(transfer_end_ns) - min(transfer_start_ns) AS island_ns
+    FROM transfer_islands
+    GROUP BY ALL
+  )
+  GROUP BY ALL
 )
 SELECT
   getvariable('run_id') AS run_id,
@@ -65,8 +95,12 @@ SELECT
   quantile_cont(b.gbps, 0.95) / any_value(b.link_gbps) AS p95_utilization,
   max(b.gbps) / any_value(b.link_gbps) AS peak_utilization,
   coalesce(any_value(c.comm_windows), 0) AS comm_windows,
-  any_value(c.comm_mean_utilization) AS comm_mean_utilization
+  any_value(c.comm_mean_utilization) AS comm_mean_utilization,
+  CAST(any_value(u.transfer_ns) AS BIGINT) AS transfer_ns,
+  8.0 * any_value(u.bytes) / nullif(any_value(u.transfer_ns), 0) AS transfer_gbps,
+  8.0 * any_value(u.bytes) / nullif(any_value(u.transfer_ns), 0) / any_value(b.link_gbps) AS transfer_utilization
 FROM busy AS b
 LEFT JOIN comm AS c USING (host, source, interface)
+LEFT JOIN in_use AS u USING (host, source, interface)
 GROUP BY b.host, b.source, b.interface
 ORDER BY b.host, b.source, b.interface

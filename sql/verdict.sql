@@ -3,7 +3,11 @@
 -- Three parts. Now: the share of step time that is exposed communication, the bus bandwidth the
 -- collectives achieved and its utilisation of the line rate, and how much of the exposed time
 -- was waiting for stragglers. The line rate is that of the link the collectives use: the NIC's
--- when any of them crosses hosts (or may), the intra-node rate when all stay within one host. At full line rate: the what-if SF at the run's own rank count and
+-- when any of them crosses hosts (or may), the intra-node rate when all stay within one host.
+-- Over the network the bandwidth is each host's while its collectives moved data
+-- (network_summary.transfer_gbps): transfers at the same time on one host share its NIC, so two
+-- ranks that each get half of it use all of it. Within a host, and where hosts are unknown, it is
+-- the collectives' own, bytes-weighted. At full line rate: the what-if SF at the run's own rank count and
 -- line rate, uncompressed. Scaling: the measured SF against the job's baseline when there is one
 -- (scaling), else an estimate that treats the step minus its exposed communication as the
 -- communication-free step (it ignores compute inflation): the median of that over the run's
@@ -31,8 +35,10 @@
 --   explanation VARCHAR  What the class means for this run, in plain words, with its numbers.
 --   exposed_comm_share DOUBLE  Exposed communication over step time (over whole traces without steps).
 --   wait_share DOUBLE  Share of the exposed communication spent waiting for other ranks.
---   achieved_busbw_gbps DOUBLE  Bus bandwidth of the collectives' transfers, bytes-weighted, Gbit/s;
---       at most the line rate (collective_bw.utilization_note says why a transfer measured faster).
+--   achieved_busbw_gbps DOUBLE  Bus bandwidth, Gbit/s: over the network, what the hosts' NICs carried
+--       while their collectives moved data, weighted by that time; else the collectives' own,
+--       bytes-weighted. At most the line rate (collective_bw.utilization_note says why a transfer
+--       measured faster).
 --   link_gbps DOUBLE  Line rate it is compared with.
 --   utilization DOUBLE  achieved_busbw_gbps / link_gbps.
 --   full_rate_sf DOUBLE  What-if SF at the run's rank count and line rate, uncompressed.
@@ -76,14 +82,26 @@ transfers AS (
   WHERE bytes > 0 AND busbw_factor(op, group_size) > 0
   GROUP BY run_id, collective_key
 ),
-achieved AS (
+host_rates AS (
+  SELECT run_id, sum(transfer_gbps * transfer_ns) / sum(transfer_ns) AS gbps,
+    sum(transfer_utilization * transfer_ns) / sum(transfer_ns) AS utilization
+  FROM network_summary
+  WHERE source = 'collectives' AND interface <> 'intra-host' AND transfer_ns > 0
+  GROUP BY run_id
+),
+own_rates AS (
   -- The network's collectives when any cross hosts (or may), else the host-internal ones.
-  SELECT run_id, CASE WHEN sum(bus_bits) / sum(transfer_ns) > any_value(link_gbps) THEN any_value(link_gbps)
-    ELSE sum(bus_bits) / sum(transfer_ns) END AS achieved_busbw_gbps,
-    any_value(link_gbps) AS link_gbps
+  SELECT run_id, sum(bus_bits) / sum(transfer_ns) AS gbps, any_value(link_gbps) AS link_gbps
   FROM transfers AS t
   WHERE scope <> 'intra' OR NOT EXISTS (SELECT 1 FROM transfers AS o WHERE o.run_id = t.run_id AND o.scope <> 'intra')
   GROUP BY run_id
+),
+achieved AS (
+  SELECT o.run_id, o.link_gbps,
+    CASE WHEN h.utilization IS NOT NULL AND o.link_gbps IS NOT NULL THEN least(h.utilization, 1) * o.link_gbps
+      ELSE least(coalesce(h.gbps, o.gbps), o.link_gbps) END AS achieved_busbw_gbps
+  FROM own_rates AS o
+  LEFT JOIN host_rates AS h USING (run_id)
 ),
 waiting AS (
   SELECT run_id, sum(exposed_wait_ns) / nullif(sum(exposed_comm_ns), 0) AS wait_share FROM step_sync GROUP BY run_id
@@ -215,13 +233,13 @@ SELECT
         coalesce(printf('%.1fx for SF 0.95', min_compression_95), 'not even compression reaches SF 0.95'))
     WHEN 'transport-bound' THEN
       printf('%.1f%% of step time is exposed communication, yet at the full %g Gbit/s line rate the model '
-        || 'predicts a scaling factor of %.2f: the link is fast enough. The collectives %s. The loss is in the '
+        || 'predicts a scaling factor of %.2f: the link is fast enough. While the collectives move data, %s. The loss is in the '
         || 'transport (NCCL settings, network plugin, TCP stack), not in the link: tune it before buying bandwidth.',
         100 * exposed_comm_share, link_gbps, full_rate_sf,
-        coalesce(printf('reach only %.0f%% of the line rate', 100 * utilization), 'have no measurable bus bandwidth'))
+        coalesce(printf('the link carries only %.0f%% of its line rate', 100 * utilization), 'their bus bandwidth cannot be measured'))
     ELSE
-      printf('%.1f%% of step time is exposed communication, the collectives already use %.0f%% of the line '
-        || 'rate, and the model predicts a scaling factor of %.2f at full rate. The exposure comes from how the '
+      printf('%.1f%% of step time is exposed communication, the link already carries %.0f%% of its line '
+        || 'rate while the collectives move data, and the model predicts a scaling factor of %.2f at full rate. The exposure comes from how the '
         || 'communication is scheduled (buckets ready late in backward, many small messages, latency).',
         100 * exposed_comm_share, 100 * utilization, full_rate_sf)
   END || CASE WHEN dominant_dimension IS NOT NULL AND bottleneck NOT IN ('no traces', 'no communication found') THEN

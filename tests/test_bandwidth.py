@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import ingest_directly, table_rows as rows
+from pipelines import rollups
+from pipelines.settings import Settings
 from pipelines.warehouse import Warehouse
 from synthetic import Kernel, Rank, ns, write_run
 
@@ -107,6 +109,39 @@ def test_derived_network_traffic(inter_node):
     assert windows[0]["utilization"] == pytest.approx(8 * 4_002_040 / 1e8 / 800)
     summary = rows(inter_node, "SELECT * FROM network_summary WHERE host = 'host-a'")
     assert summary[0]["comm_windows"] == 1 and summary[0]["peak_gbps"] == pytest.approx(8 * 4_002_040 / 1e8)
+
+
+def test_two_ranks_of_a_host_sending_at_once_fill_its_nic_though_each_gets_half(tmp_path):
+    """Two hosts of two ranks; ranks 0 and 2 all-reduce in one group, 1 and 3 in another, both at
+    once: 10 MB (factor 1 for two ranks) in 10 ms each, 8 Gbit/s, half of the 16 Gbit/s NIC.
+    Rank 1's starts 2 ms after rank 0's, so host-a's NIC is in use 12 ms for 160 Mbit."""
+    floats = 2_500_000
+
+    def rank(number, host, start_us, pg):
+        return Rank(number, host, [(1, 0, 20_000)], [
+            Kernel(100, 500),
+            Kernel(start_us, 10_000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "allreduce", floats, pg=pg, seq=1,
+                   stream=40),
+        ])
+
+    ranks = [rank(0, "host-a", 1_000, "1"), rank(1, "host-a", 3_000, "2"),
+             rank(2, "host-b", 1_000, "1"), rank(3, "host-b", 3_000, "2")]
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, write_run(tmp_path / "run", ranks, 4, groups={"1": [0, 2], "2": [1, 3]}), "pairs",
+                    overrides={"link_gbps": 16})
+    own = rows(store, "SELECT DISTINCT rank, utilization FROM collective_bw ORDER BY rank")
+    assert [r["utilization"] for r in own] == pytest.approx([0.5] * 4)
+    summary = rows(store, "SELECT * FROM network_summary WHERE source = 'collectives' ORDER BY host")
+    assert [(s["host"], s["interface"], s["transfer_ns"]) for s in summary] == [
+        ("host-a", "network", 12_000_000), ("host-b", "network", 12_000_000),
+    ]
+    assert [s["transfer_utilization"] for s in summary] == pytest.approx([160e6 / 12e6 / 16] * 2)
+    con = rollups.session(store, Settings())
+    rollups.recompute(con)
+    verdict = con.sql("SELECT achieved_busbw_gbps, utilization FROM verdict").fetchall()
+    con.close()
+    assert verdict == [(pytest.approx(160e6 / 12e6), pytest.approx(160e6 / 12e6 / 16))]
 
 
 def test_intra_node_without_a_rate_is_flagged(tmp_path):
