@@ -4,7 +4,8 @@ Each job runs on two emulated hosts at 200 Mbit/s and at 1 Gbit/s in turn (sever
 two ranks per host where a dimension stays inside a host, buckets of different sizes); ranks of one
 host talk over its own loopback, which nothing shapes. For each job the test checks what a user
 reads: which dimension's communication the steps waited for and over which link (the dimensions
-that cross hosts over the network, the others within a host), no utilisation above the line rate,
+that cross hosts over the network, the others within a host), no utilisation above the line rate
+(each collective's, and the verdict's of the network while collectives moved data),
 every exposed nanosecond in a group, the replay's prediction of the other rate's step, both ways,
 and `wirespeed compare` of the two runs naming the network dimension. It prints the figures.
 
@@ -107,9 +108,15 @@ def test_each_dimension_on_its_link_and_the_other_rate_predicted(cluster_runs, s
     try:
         rollups.recompute(con)
         for run_id in runs.values():
-            estimated, full_rate = con.execute("SELECT estimated_sf, full_rate_sf FROM verdict WHERE run_id = ?", [run_id]).fetchone()
-            print(f"{job}: {run_id}: scaling factor {estimated:.2f} now, {full_rate:.2f} at full line rate")
+            estimated, full_rate, used = con.execute(
+                "SELECT estimated_sf, full_rate_sf, utilization FROM verdict WHERE run_id = ?", [run_id]).fetchone()
+            (nic,) = con.execute("""SELECT max(p95_utilization) FROM network_summary
+                                     WHERE run_id = ? AND source = 'counters' AND link_gbps IS NOT NULL""", [run_id]).fetchone()
+            print(f"{job}: {run_id}: scaling factor {estimated:.2f} now, {full_rate:.2f} at full line rate; "
+                  f"the network used {used:.0%} of its line rate while collectives moved data "
+                  f"(the NIC's counters, 95th percentile of windows: {'unknown' if nic is None else f'{nic:.0%}'})")
             assert full_rate >= estimated - 0.01
+            assert 0 < used <= 1
     finally:
         con.close()
 
