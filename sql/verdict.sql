@@ -7,8 +7,8 @@
 -- Over the network the bandwidth is each host's while its collectives moved data
 -- (network_summary.transfer_gbps): transfers at the same time on one host share its NIC, so two
 -- ranks that each get half of it use all of it. Within a host, and where hosts are unknown, it is
--- the collectives' own, bytes-weighted. At full line rate: the what-if SF at the run's own rank count and
--- line rate, uncompressed. Scaling: the measured SF against the job's baseline when there is one
+-- the collectives' own, bytes-weighted. At full line rate: the what-if SF at the run's own rank
+-- count and line rate, uncompressed. Scaling: the measured SF against the job's baseline when there is one
 -- (scaling), else an estimate that treats the step minus its exposed communication as the
 -- communication-free step (it ignores compute inflation): the median of that over the run's
 -- rank-steps, over the median step, as the what-if measures SF, so that the two compare (a mean
