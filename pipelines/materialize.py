@@ -38,7 +38,7 @@ class IngestResult:
     report: Path | None = None
     waits_for: str | None = None  # the dimension and link most of the exposed time waited for
     link_gbps: float | None = None  # the line rate the collectives were judged against
-    utilization: float | None = None  # of that line rate, by the collectives' bus bandwidth
+    utilization: float | None = None  # of that line rate, while the collectives moved data (verdict.utilization)
     full_rate_sf: float | None = None  # the what-if: scaling factor at full line rate
     estimated_sf: float | None = None  # the scaling factor now, measured as the what-if measures it
     regressions: list[str] = field(default_factory=list)  # what regressed against the job's baseline
