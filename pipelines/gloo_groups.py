@@ -164,6 +164,12 @@ def start_orders(threads: list[str]) -> list[list[str]]:
     return [ids, ids[turn:] + ids[:turn]]
 
 
+def fit(total: float, members: int) -> tuple[float, int]:
+    """How well threads fit their groups, the best least: the total cost (to nine places, so that
+    sums taken in another order tie), then the groups' members summed over the threads."""
+    return round(total, 9), members
+
+
 def in_order(costs: np.ndarray, capacity: int, sizes: list[int]) -> list[int]:
     """The groups (columns) for threads (rows) in order, never going back to an earlier group, at
     most `capacity` threads each, with the least total cost and, among equal costs, the fewest
@@ -171,10 +177,6 @@ def in_order(costs: np.ndarray, capacity: int, sizes: list[int]) -> list[int]:
     as any group of some of its members, so on a tie the smaller group is the one its instances
     show (a default group that ran nothing while profiling leaves its place in the order free)."""
     threads, groups = costs.shape
-
-    def score(total: float, members: int) -> tuple:
-        return round(total, 9), members
-
     best = {(g, 1): (costs[0, g], sizes[g], [g]) for g in range(groups)}
     for t in range(1, threads):
         following: dict[tuple, tuple] = {}
@@ -184,10 +186,10 @@ def in_order(costs: np.ndarray, capacity: int, sizes: list[int]) -> list[int]:
                     continue
                 state = (h, used + 1 if h == g else 1)
                 candidate = (total + costs[t, h], members + sizes[h], path + [h])
-                if state not in following or score(*candidate[:2]) < score(*following[state][:2]):
+                if state not in following or fit(*candidate[:2]) < fit(*following[state][:2]):
                     following[state] = candidate
         best = following
-    return min(best.values(), key=lambda found: score(*found[:2]))[2]
+    return min(best.values(), key=lambda found: fit(*found[:2]))[2]
 
 
 def assign(instances: pa.Table, groups: pa.Table) -> pa.Table:
@@ -229,12 +231,13 @@ def assign(instances: pa.Table, groups: pa.Table) -> pa.Table:
             cost = {t: [thread_cost(distance[rows_of[t]], point_to_point[rows_of[t]], r, g, column) for g in candidates]
                     for t in threads}
             capacity = max(DEFAULT_THREADS_PER_GROUP, -(-len(threads) // len(candidates)))
-            fits = []  # per order the threads were possibly started in: its total cost, the ids' own first
+            sizes = [len(g.members) for g in candidates]
+            fits = []  # per order the threads were possibly started in: how well it fits, the ids' own first
             for order in start_orders(list(threads)):
                 costs = np.array([cost[t] for t in order])
-                chosen = in_order(costs, capacity, [len(g.members) for g in candidates])
-                fits.append((float(costs[np.arange(len(order)), chosen].sum()), order, chosen))
-            _, order, chosen = min(fits, key=lambda fit: round(fit[0], 9))
+                chosen = in_order(costs, capacity, sizes)
+                fits.append((fit(float(costs[np.arange(len(order)), chosen].sum()), sum(sizes[g] for g in chosen)), order, chosen))
+            _, order, chosen = min(fits, key=lambda found: found[0])
             for t, g in zip(order, chosen):
                 pg_name[rows_of[t]] = candidates[g].name
         # Sends and receives that ran on the thread that called them: each in a group where its
