@@ -7,8 +7,9 @@
 -- 'collectives': what the collectives say each host had to move, so that runs without counters
 -- still get a curve and runs with both show the gap. What each host's links had to move for each
 -- collective (`_host_traffic`: once per host through its NIC or the NICs its NCCL logs name, for
--- each of its ranks inside the host) is spread evenly over the collective's transfer there and
--- binned into windows of the sampling interval (100 ms when the run has no samples). NIC
+-- each of its ranks inside the host; a send's only out, a receive's only in) is spread evenly over
+-- the collective's transfer there and binned into windows of the sampling interval (100 ms when
+-- the run has no samples). NIC
 -- interfaces named by NCCL logs are judged against their rates together: on a host with a NIC per
 -- GPU, each GPU's own. Windows with no traffic over the ranks' activity are included, with zero.
 --
@@ -64,6 +65,7 @@ traffic_windows AS (
     t.host,
     t.interface,
     window_index,
+    t.direction,
     t.bytes * (
       least(t.transfer_end_ns, (window_index + 1) * w.ns) - greatest(t.transfer_start_ns, window_index * w.ns)
     ) / greatest(t.transfer_end_ns - t.transfer_start_ns, 1) AS bytes
@@ -87,8 +89,8 @@ derived AS (
     i.interface,
     a.window_index * w.ns AS window_start_ns,
     (a.window_index + 1) * w.ns AS window_end_ns,
-    CAST(round(coalesce(sum(t.bytes), 0)) AS BIGINT) AS rx_bytes,
-    CAST(round(coalesce(sum(t.bytes), 0)) AS BIGINT) AS tx_bytes
+    CAST(round(coalesce(sum(t.bytes) FILTER (WHERE t.direction <> 'tx'), 0)) AS BIGINT) AS rx_bytes,
+    CAST(round(coalesce(sum(t.bytes) FILTER (WHERE t.direction <> 'rx'), 0)) AS BIGINT) AS tx_bytes
   FROM activity_windows AS a
   JOIN (SELECT DISTINCT host, interface FROM _host_traffic) AS i USING (host)
   CROSS JOIN window_size AS w

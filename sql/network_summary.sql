@@ -4,10 +4,11 @@
 -- utilisation over every window of the run, and the mean utilisation over the windows in which the
 -- host's collectives were moving data (a network that looks idle on average may still be the
 -- bottleneck while it is used; one that is far from its line rate even then is not limited by
--- its capacity). The derived rows are also rated exactly, without windows: what the host's
--- collectives moved on the interface over the time any of them was moving it (`_host_traffic`,
--- the union of their transfers), so that transfers running at once on one host add up, as they
--- do on its NIC. The verdict judges the network's use by that.
+-- its capacity). The derived rows are also rated exactly, without windows, in the busier
+-- direction (the one that moved more): what the host's collectives moved that way on the interface
+-- over the time any of them was moving it (`_host_traffic`, the union of their transfers), so that
+-- transfers running at once on one host add up, as they do on its NIC, and sends out and receives
+-- in do not. The verdict judges the network's use by that.
 --
 -- Grain: one row per run, host, source and interface.
 -- Empty without: net_utilization
@@ -29,9 +30,9 @@
 --   comm_windows BIGINT  Windows in which the host's collectives moved data (derived series > 0).
 --   comm_mean_utilization DOUBLE  Mean utilisation over those windows only.
 --   transfer_ns BIGINT  For 'collectives': the time any of the host's collectives was moving data
---       on the interface (the union of their transfers); NULL for 'counters'.
---   transfer_gbps DOUBLE  For 'collectives': their bus-bandwidth bits over transfer_ns, Gbit/s: the
---       rate the interface carried while in use, transfers at the same time summed.
+--       on the interface in the busier direction (the union of their transfers); NULL for 'counters'.
+--   transfer_gbps DOUBLE  For 'collectives': their bus-bandwidth bits that way over transfer_ns,
+--       Gbit/s: the rate the interface carried while in use, transfers at the same time summed.
 --   transfer_utilization DOUBLE  transfer_gbps / link_gbps.
 WITH busy AS (
   SELECT
@@ -43,7 +44,7 @@ WITH busy AS (
 communicating AS (
   SELECT DISTINCT host, window_start_ns, window_end_ns
   FROM net_utilization
-  WHERE source = 'collectives' AND tx_bytes > 0
+  WHERE source = 'collectives' AND rx_bytes + tx_bytes > 0
 ),
 in_comm AS (
   -- Windows of any series that overlap a window in which collectives moved data.
@@ -58,24 +59,35 @@ comm AS (
   FROM in_comm
   GROUP BY ALL
 ),
+ways AS (
+  -- Each transfer in each direction it takes: a send out, a receive in, anything else both.
+  SELECT host, interface, way, bytes, transfer_start_ns, transfer_end_ns
+  FROM _host_traffic, unnest(CASE direction WHEN 'both' THEN ['tx', 'rx'] ELSE [direction] END) AS w(way)
+),
 transfer_islands AS (
   -- Each transfer opens a new stretch of use where it starts after all earlier ones have ended.
-  SELECT host, interface, bytes, transfer_start_ns, transfer_end_ns,
+  SELECT host, interface, way, bytes, transfer_start_ns, transfer_end_ns,
     sum(CASE WHEN transfer_start_ns < earlier_end_ns THEN 0 ELSE 1 END) OVER (
-      PARTITION BY host, interface ORDER BY transfer_start_ns, transfer_end_ns ROWS UNBOUNDED PRECEDING
+      PARTITION BY host, interface, way ORDER BY transfer_start_ns, transfer_end_ns ROWS UNBOUNDED PRECEDING
     ) AS island
   FROM (
     SELECT *, max(transfer_end_ns) OVER (
-      PARTITION BY host, interface ORDER BY transfer_start_ns, transfer_end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+      PARTITION BY host, interface, way ORDER BY transfer_start_ns, transfer_end_ns
+      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     ) AS earlier_end_ns
-    FROM _host_traffic
+    FROM ways
   )
 ),
 in_use AS (
-  SELECT host, 'collectives' AS source, interface, sum(bytes) AS bytes, sum(island_ns) AS transfer_ns
+  -- The busier direction's bytes and time in use.
+  SELECT host, 'collectives' AS source, interface, max(bytes) AS bytes, arg_max(transfer_ns, bytes) AS transfer_ns
   FROM (
-    SELECT host, interface, island, sum(bytes) AS bytes, max(transfer_end_ns) - min(transfer_start_ns) AS island_ns
-    FROM transfer_islands
+    SELECT host, interface, way, sum(bytes) AS bytes, sum(island_ns) AS transfer_ns
+    FROM (
+      SELECT host, interface, way, island, sum(bytes) AS bytes, max(transfer_end_ns) - min(transfer_start_ns) AS island_ns
+      FROM transfer_islands
+      GROUP BY ALL
+    )
     GROUP BY ALL
   )
   GROUP BY ALL

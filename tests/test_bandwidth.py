@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import ingest_directly, table_rows as rows
-from pipelines import rollups
+from pipelines import rollups, sql
 from pipelines.settings import Settings
 from pipelines.warehouse import Warehouse
 from synthetic import Kernel, Rank, ns, write_run
@@ -142,6 +142,30 @@ def test_two_ranks_of_a_host_sending_at_once_fill_its_nic_though_each_gets_half(
     verdict = con.sql("SELECT achieved_busbw_gbps, utilization FROM verdict").fetchall()
     con.close()
     assert verdict == [(pytest.approx(160e6 / 12e6), pytest.approx(160e6 / 12e6 / 16))]
+
+
+def test_a_hosts_sends_out_and_receives_in_at_once_each_take_their_own_direction():
+    """A NIC carries as much each way at once: a pipeline stage's 10 Mbit send out and the 10 Mbit
+    receive in beside it, both over the same 10 ms, use 1 Gbit/s of a 1 Gbit/s link, not twice it."""
+    con = sql.session()
+    try:
+        sql.use_macros(con)
+        sql.set_variables(con, run_id="r")
+        con.execute("""CREATE TEMP TABLE _host_traffic AS SELECT * FROM (VALUES
+            ('host-a', 'network', 'forward', 'tx', 1.25e6, 0, 10_000_000),
+            ('host-a', 'network', 'backward', 'rx', 1.25e6, 0, 10_000_000),
+            ('host-a', 'network', 'gradients', 'both', 1.25e6, 20_000_000, 30_000_000))
+            AS t(host, interface, collective_key, direction, bytes, transfer_start_ns, transfer_end_ns)""")
+        con.execute("""CREATE TEMP TABLE net_utilization AS SELECT 'r' AS run_id, 'host-a' AS host, 'collectives' AS source,
+            'network' AS interface, 0 AS window_start_ns, 100_000_000 AS window_end_ns, 2_500_000 AS rx_bytes,
+            2_500_000 AS tx_bytes, 0.2 AS rx_gbps, 0.2 AS tx_gbps, 1.0 AS link_gbps, 0.2 AS utilization""")
+        result = con.execute(sql.table("network_summary").select())
+        (summary,) = [dict(zip([c[0] for c in result.description], row, strict=True)) for row in result.fetchall()]
+    finally:
+        con.close()
+    # Each way: 10 Mbit in 10 ms, then the all-reduce's 10 Mbit in another 10 ms.
+    assert summary["transfer_ns"] == 20_000_000
+    assert summary["transfer_gbps"] == pytest.approx(1.0) and summary["transfer_utilization"] == pytest.approx(1.0)
 
 
 def test_intra_node_without_a_rate_is_flagged(tmp_path):

@@ -110,13 +110,18 @@ def test_each_dimension_on_its_link_and_the_other_rate_predicted(cluster_runs, s
         for run_id in runs.values():
             estimated, full_rate, used = con.execute(
                 "SELECT estimated_sf, full_rate_sf, utilization FROM verdict WHERE run_id = ?", [run_id]).fetchone()
-            (nic,) = con.execute("""SELECT max(p95_utilization) FROM network_summary
+            (nic,) = con.execute("""SELECT max(comm_mean_utilization) FROM network_summary
                                      WHERE run_id = ? AND source = 'counters' AND link_gbps IS NOT NULL""", [run_id]).fetchone()
             print(f"{job}: {run_id}: scaling factor {estimated:.2f} now, {full_rate:.2f} at full line rate; "
                   f"the network used {used:.0%} of its line rate while collectives moved data "
-                  f"(the NIC's counters, 95th percentile of windows: {'unknown' if nic is None else f'{nic:.0%}'})")
+                  f"(the NIC's counters over the windows in which collectives moved data: {'unknown' if nic is None else f'{nic:.0%}'})")
             assert full_rate >= estimated - 0.01
             assert 0 < used <= 1
+            # Two ranks of a host sending at once each get part of its NIC; together they use what
+            # its counters show while collectives move data (the counters' windows, which also hold
+            # time before and after the transfers, only dilute it): dp x tp at 200 Mbit/s, 98 %
+            # against 76 %, where each collective's own rate read 30 %.
+            assert nic is None or used >= 0.8 * nic, (used, nic)
     finally:
         con.close()
 
