@@ -10,7 +10,10 @@
 -- millions of times. Only communication keeps its name: later queries need no other, and the
 -- names of millions of compute kernels would be most of the table's memory. So the distinct names
 -- come from a pass of their own over `trace_events` (0.2 s over 72 million events: it reads
--- little more than the name column), and the events are classified as they are read.
+-- little more than the name column), and the events are classified as they are read. For the
+-- same reason a kernel's collective metadata stays in `trace_events`, where `collectives` reads
+-- it for the few kernels that have it: nine columns, NULL on nearly every row, had made this
+-- table twice as wide, and its building 40 % slower.
 --
 -- Grain: one row per run, rank and device event with a usable interval.
 --
@@ -25,15 +28,6 @@
 --   stream BIGINT  GPU stream.
 --   is_comm BOOLEAN  Communication: collective metadata or a communication name.
 --   is_memory BOOLEAN  A copy, fill or DMA.
---   collective VARCHAR  `Collective name` from the kernel's args (PyTorch 2.4+).
---   in_nelems BIGINT  Elements in the collective's input.
---   out_nelems BIGINT  Elements in its output.
---   group_size INTEGER  Ranks in its process group.
---   dtype VARCHAR  Element type.
---   pg_name VARCHAR  Process group name.
---   pg_desc VARCHAR  Process group description.
---   seq BIGINT  The collective's sequence number in its process group.
---   comms_id UBIGINT  The collective's cross-rank id.
 WITH names AS (
   SELECT name, is_comm_name(name) AS comm_name, is_memory_name(name) AS memory_name
   FROM (SELECT DISTINCT name FROM trace_events WHERE ph = 'X' AND is_device_event(cat))
@@ -43,8 +37,7 @@ device AS MATERIALIZED (
     e.rank, e.file_index, e.ts_ns, e.dur_ns, e.correlation, e.external_id, e.stream,
     e.collective IS NOT NULL OR coalesce(n.comm_name, false) AS is_comm,
     is_memory_category(e.cat) OR coalesce(n.memory_name, false) AS is_memory,
-    CASE WHEN is_comm THEN e.name END AS name,
-    e.collective, e.in_nelems, e.out_nelems, e.group_size, e.dtype, e.pg_name, e.pg_desc, e.seq, e.comms_id
+    CASE WHEN is_comm THEN e.name END AS name
   FROM trace_events AS e
   LEFT JOIN names AS n ON n.name = e.name
   WHERE e.ph = 'X' AND is_device_event(e.cat) AND is_valid_interval(e.ts_ns, e.dur_ns)
@@ -67,15 +60,6 @@ SELECT
   d.external_id,
   d.stream,
   d.is_comm,
-  d.is_memory,
-  d.collective,
-  d.in_nelems,
-  d.out_nelems,
-  d.group_size,
-  d.dtype,
-  d.pg_name,
-  d.pg_desc,
-  d.seq,
-  d.comms_id
+  d.is_memory
 FROM device AS d
 LEFT JOIN launches AS l ON l.file_index = d.file_index AND l.correlation = d.correlation

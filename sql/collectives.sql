@@ -104,6 +104,17 @@ cpu_metadata AS (
   WHERE name = 'record_param_comms' AND external_id IS NOT NULL
   GROUP BY ALL
 ),
+kernel_metadata AS (
+  -- The kernels' own metadata (`_device_events` leaves it here), by what identifies a kernel:
+  -- its trace file, stream, start and External id.
+  SELECT file_index, stream, ts_ns AS start_ns, external_id,
+    any_value(collective) AS collective, any_value(in_nelems) AS in_nelems, any_value(out_nelems) AS out_nelems,
+    any_value(group_size) AS group_size, any_value(dtype) AS dtype, any_value(pg_name) AS pg_name,
+    any_value(pg_desc) AS pg_desc, any_value(seq) AS seq, any_value(comms_id) AS comms_id
+  FROM trace_events
+  WHERE collective IS NOT NULL AND ph = 'X' AND is_device_event(cat) AND is_valid_interval(ts_ns, dur_ns)
+  GROUP BY ALL
+),
 kernel_names AS (
   SELECT name, match.family AS family, coalesce(match.op, collective_op(kernel_collective(name))) AS op
   FROM (
@@ -113,33 +124,36 @@ kernel_names AS (
 ),
 device_instances AS (
   SELECT
-    e.rank,
-    coalesce(collective_op(coalesce(e.collective, m.collective)), k.op) AS op,
-    coalesce(e.pg_name, m.pg_name) AS pg,
-    coalesce(e.pg_desc, m.pg_desc) AS pg_desc,
-    coalesce(e.group_size, m.group_size) AS group_size,
-    coalesce(e.seq, m.seq) AS trace_seq,
-    coalesce(e.comms_id, m.comms_id) AS comms_id,
-    coalesce(e.dtype, m.dtype) AS dtype,
-    coalesce(e.in_nelems, m.in_nelems) AS in_nelems,
-    coalesce(e.out_nelems, m.out_nelems) AS out_nelems,
-    e.launched_ns,
-    e.start_ns,
-    e.end_ns,
-    e.name AS kernel,
-    e.stream,
+    d.rank,
+    coalesce(collective_op(coalesce(km.collective, m.collective)), k.op) AS op,
+    coalesce(km.pg_name, m.pg_name) AS pg,
+    coalesce(km.pg_desc, m.pg_desc) AS pg_desc,
+    coalesce(km.group_size, m.group_size) AS group_size,
+    coalesce(km.seq, m.seq) AS trace_seq,
+    coalesce(km.comms_id, m.comms_id) AS comms_id,
+    coalesce(km.dtype, m.dtype) AS dtype,
+    coalesce(km.in_nelems, m.in_nelems) AS in_nelems,
+    coalesce(km.out_nelems, m.out_nelems) AS out_nelems,
+    d.launched_ns,
+    d.start_ns,
+    d.end_ns,
+    d.name AS kernel,
+    d.stream,
     'device' AS timeline,
     CASE
-      WHEN e.collective IS NOT NULL THEN 'kernel'
+      WHEN km.collective IS NOT NULL THEN 'kernel'
       WHEN m.collective IS NOT NULL THEN 'record_param_comms'
       ELSE 'kernel name'
     END AS metadata_source,
-    coalesce(k.family, CASE WHEN e.collective IS NOT NULL THEN 'metadata' ELSE 'user pattern' END) AS kernel_family,
+    coalesce(k.family, CASE WHEN km.collective IS NOT NULL THEN 'metadata' ELSE 'user pattern' END) AS kernel_family,
     CAST(NULL AS INTEGER) AS peer
-  FROM _device_events AS e
-  LEFT JOIN cpu_metadata AS m ON m.rank = e.rank AND m.file_index = e.file_index AND m.external_id = e.external_id
-  LEFT JOIN kernel_names AS k ON k.name = e.name
-  WHERE e.is_comm
+  FROM _device_events AS d
+  LEFT JOIN kernel_metadata AS km
+    ON km.file_index = d.file_index AND km.start_ns = d.start_ns AND km.stream IS NOT DISTINCT FROM d.stream
+      AND km.external_id IS NOT DISTINCT FROM d.external_id
+  LEFT JOIN cpu_metadata AS m ON m.rank = d.rank AND m.file_index = d.file_index AND m.external_id = d.external_id
+  LEFT JOIN kernel_names AS k ON k.name = d.name
+  WHERE d.is_comm
 ),
 cpu_instances AS (
   SELECT
