@@ -31,17 +31,18 @@ WITH spans AS (
   GROUP BY rank
 ),
 by_rank AS (
+  -- Busy stretches lie within the span and tile it with the idle ones, so idle time is what the
+  -- span leaves: no join of tens of millions of stretches to the spans.
   SELECT
-    g.rank,
-    coalesce(sum(g.end_ns - g.start_ns) FILTER (WHERE g.state IN ('compute', 'overlapped_comm')), 0) AS compute_ns,
-    coalesce(sum(g.end_ns - g.start_ns) FILTER (WHERE g.state IN ('overlapped_comm', 'exposed_comm')), 0) AS comm_ns,
-    coalesce(sum(g.end_ns - g.start_ns) FILTER (WHERE g.state = 'overlapped_comm'), 0) AS overlap_ns,
-    coalesce(sum(g.end_ns - g.start_ns) FILTER (WHERE g.state = 'exposed_comm'), 0) AS exposed_comm_ns,
-    coalesce(sum(g.end_ns - g.start_ns) FILTER (WHERE g.state = 'other'), 0) AS other_ns,
-    coalesce(sum(g.end_ns - g.start_ns) FILTER (WHERE g.state = 'idle'), 0) AS idle_ns
-  FROM step_timeline AS g
-  JOIN spans AS s ON g.rank = s.rank AND g.start_ns >= s.span_start_ns AND g.end_ns <= s.span_end_ns
-  GROUP BY g.rank
+    rank,
+    coalesce(sum(dur_ns) FILTER (WHERE state IN ('compute', 'overlapped_comm')), 0) AS compute_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE state IN ('overlapped_comm', 'exposed_comm')), 0) AS comm_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE state = 'overlapped_comm'), 0) AS overlap_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE state = 'exposed_comm'), 0) AS exposed_comm_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE state = 'other'), 0) AS other_ns
+  FROM step_timeline
+  WHERE state <> 'idle'
+  GROUP BY rank
 )
 SELECT
   getvariable('run_id') AS run_id,
@@ -50,16 +51,16 @@ SELECT
   s.span_start_ns,
   s.span_end_ns,
   s.span_end_ns - s.span_start_ns AS span_ns,
-  b.compute_ns,
-  b.comm_ns,
-  b.overlap_ns,
-  b.exposed_comm_ns,
-  b.other_ns,
-  b.idle_ns,
-  b.exposed_comm_ns / (s.span_end_ns - s.span_start_ns) AS exposed_comm_share,
+  coalesce(b.compute_ns, 0) AS compute_ns,
+  coalesce(b.comm_ns, 0) AS comm_ns,
+  coalesce(b.overlap_ns, 0) AS overlap_ns,
+  coalesce(b.exposed_comm_ns, 0) AS exposed_comm_ns,
+  coalesce(b.other_ns, 0) AS other_ns,
+  s.span_end_ns - s.span_start_ns - coalesce(b.compute_ns + b.exposed_comm_ns + b.other_ns, 0) AS idle_ns,
+  coalesce(b.exposed_comm_ns, 0) / (s.span_end_ns - s.span_start_ns) AS exposed_comm_share,
   CASE WHEN b.comm_ns > 0 THEN 100.0 * b.overlap_ns / b.comm_ns END AS overlap_pct,
   (SELECT count(*) FROM steps WHERE steps.rank = s.rank) AS steps,
   (SELECT count(*) FROM collectives WHERE collectives.rank = s.rank) AS collectives
 FROM spans AS s
-JOIN by_rank AS b USING (rank)
+LEFT JOIN by_rank AS b USING (rank)
 ORDER BY s.rank
