@@ -25,8 +25,8 @@ from pipelines.settings import Settings
 from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, create_version_view, version_variables
 
 # Build order: each file may read the tables before it. Names starting with `_` are
-# intermediate and not published. Tables whose inputs are built are built at once, the longest
-# chain still to come first, ties in this order. `_bucket_readiness` comes early so that
+# intermediate and not published. Tables whose inputs are built are built at once, first those
+# that lead to the most Python steps, then the longest chain still to come, ties in this order. `_bucket_readiness` comes early so that
 # `_device_events`, its last reader, leaves memory before the sweep (`step_timeline`).
 BUILD_ORDER = (
     "_device_events",
@@ -297,9 +297,12 @@ def _build_all(
     order = steps()
     reads = _reads(order)
     readers = {name: {later for later in order if name in reads[later]} for name in order}
-    chain: dict[str, int] = {}  # the longest chain of steps from each to the last
+    # Ahead of the longest chain of steps from each to the last, the most Python steps on one:
+    # they run one at a time, so a step that leads to them goes first and keeps their core busy.
+    chain: dict[str, tuple[int, int]] = {}
     for name in reversed(order):
-        chain[name] = 1 + max((chain[reader] for reader in readers[name]), default=0)
+        python_steps, steps_after = max((chain[reader] for reader in readers[name]), default=(0, 0))
+        chain[name] = (python_steps + (name in PYTHON_STEPS or name in PYTHON_STREAMS), steps_after + 1)
     def run(name: str) -> tuple[int | None, float]:
         con = shared.here()
         begun = time.perf_counter()
@@ -320,7 +323,7 @@ def _build_all(
     with ThreadPoolExecutor(max(1, workers) + 1, thread_name_prefix="wirespeed-analysis") as pool:
         while len(rows) < len(order):
             ready = [name for name in order if name not in built and name not in running.values() and reads[name] <= built]
-            for name in sorted(ready, key=lambda n: -chain[n]):
+            for name in sorted(ready, key=lambda n: chain[n], reverse=True):
                 if free(name):
                     running[pool.submit(run, name)] = name
             if not running:
