@@ -158,6 +158,7 @@ class Replay:
         slack = np.array([np.nan if v is None else float(v) for v in r["slack_ns"]])
         # (time, order at equal times, kind, index, collective or rank index, then what a wait needs)
         events = []
+        self.ends_at_arrival = set()  # rows whose wait ends as far behind as their arrival was
         for k in range(len(self.step_rank)):
             events.append((float(self.window_start[k] - base), 0, OPEN, k, int(step_rank_index[k])))
             events.append((float(self.window_end[k] - base), 4, CLOSE, k, int(step_rank_index[k])))
@@ -178,6 +179,8 @@ class Replay:
                 part = 0.0 if into is None or measured[c] <= 0 else into / measured[c]
                 shortfall = late + (0.0 if into is None or measured[c] <= 0 else into)
                 events.append((at + late, 3, WAIT, i, c, float(waited[i]), into is None, part, shortfall))
+                if into is None:
+                    self.ends_at_arrival.add(i)
         events.sort(key=lambda e: (e[0], e[1], e[3]))
         self._events = events
 
@@ -228,6 +231,14 @@ class Replay:
             replayed[first:first + len(part)] = self._durations(scenarios, part)
         return replayed
 
+    def summed_durations(self, scenarios: list[Scenario]) -> np.ndarray:
+        """Per scenario, the sum of every row's replayed duration, without the rows x scenarios
+        matrix of `durations` (75 MB for 55 000 rows and 170 scenarios)."""
+        total = np.zeros(len(scenarios))
+        for first in range(0, self.count, DURATION_ROWS):
+            total += self._durations(scenarios, np.arange(first, min(first + DURATION_ROWS, self.count))).sum(axis=0)
+        return total
+
     def _durations(self, scenarios: list[Scenario], rows: np.ndarray) -> np.ndarray:
         at_line_rate = np.array([s.line_rate for s in scenarios])[None, :]
         scale = self.scale(scenarios, rows)
@@ -238,9 +249,9 @@ class Replay:
         transfer = np.where(sized, bits / np.where(rate > 0, rate, 1.0) * scale, transfer)
         return transfer + np.where(at_line_rate, self.latency[rows, None], self.rest[rows, None])
 
-    def run(self, scenarios: list[Scenario], exposure: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-        """Each rank-step's replayed length (rank-steps x scenarios), and with `exposure` each row's
-        replayed exposed wait (rows x scenarios).
+    def run(self, scenarios: list[Scenario], groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Each rank-step's replayed length (rank-steps x scenarios), and with `groups` (a group
+        index per row) each group's replayed exposed wait, summed over its rows (groups x scenarios).
 
         A scenario in which no collective takes longer than at the run's own link replays no step
         longer than the run measured it, and one in which none is shorter no step shorter: the run
@@ -248,13 +259,13 @@ class Replay:
         """
         durations = self.durations(scenarios, self.first_rows)  # per collective, as its first row
         own = self.own_ns[:, None]
-        step_ns, exposed = self._replay(durations, exposure)
+        step_ns, exposed = self._replay(durations, groups)
         measured = self.step_ns[:, None]
         no_slower, no_faster = (durations <= own).all(axis=0), (durations >= own).all(axis=0)
         step_ns = np.where(no_slower, np.minimum(step_ns, measured), step_ns)
         return np.where(no_faster, np.maximum(step_ns, measured), step_ns), exposed
 
-    def _replay(self, durations: np.ndarray, exposure: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    def _replay(self, durations: np.ndarray, groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
         """The replay with each collective's durations (collectives x scenarios).
 
         Per rank, its shift: replayed time minus measured time, now. The loop runs once per event
@@ -263,11 +274,16 @@ class Replay:
         width = durations.shape[1]
         duration = list(durations)
         step_ns = np.repeat(self.step_ns[:, None], width, axis=1)
-        exposed = np.zeros((self.count, width)) if exposure else None
+        exposure = groups is not None
+        exposed = np.zeros((int(groups.max(initial=-1)) + 1, width)) if exposure else None
+        group_of = groups.tolist() if exposure else None
         zero = np.zeros(width)
         shift = [zero] * self.rank_count
         opened = [zero] * len(self.step_ns)
-        arrival_shift = [zero] * self.count
+        # Only for the waits that read them, until they do: every row's would keep tens of
+        # thousands of vectors alive.
+        arrival_shift: dict[int, np.ndarray] = {}
+        keep_arrival = self.ends_at_arrival
         arrived: list[np.ndarray | None] = [None] * self.collectives
         begin_shift = [zero] * self.collectives
         free = [np.full(width, -np.inf)] * self.channel_count  # when each one-way link is next free
@@ -277,13 +293,14 @@ class Replay:
             if kind == ARRIVE:
                 t, _, _, i, c = event
                 now = shift[rank_of[i]]
-                arrival_shift[i] = now
+                if i in keep_arrival:
+                    arrival_shift[i] = now
                 arrival = now + t
                 arrived[c] = arrival if arrived[c] is None else np.maximum(arrived[c], arrival)
             elif kind == WAIT:
                 _, _, _, i, c, waited, at_arrival, part, shortfall = event
                 if at_arrival:
-                    end_less_slack = arrival_shift[i] - shortfall
+                    end_less_slack = arrival_shift.pop(i, zero) - shortfall
                 elif part:
                     end_less_slack = begin_shift[c] + (duration[c] * part - shortfall)
                 else:
@@ -293,7 +310,7 @@ class Replay:
                 after = np.maximum(before - waited, end_less_slack)
                 shift[rank] = after
                 if exposure:
-                    exposed[i] = after - before + waited
+                    exposed[group_of[i]] += after - before + waited
             elif kind == BEGIN:
                 c = event[4]
                 start = begins[c] if arrived[c] is None else arrived[c]
@@ -368,14 +385,14 @@ class Model:
     def cells(self, cells: list[Cell]) -> tuple[list[dict], list[dict]]:
         """Per cell its predicted step; per cell and dimension the exposed communication."""
         scenarios = [self.scenario(cell) for cell in cells]
-        step_ns, exposure = self.replay.run(scenarios, exposure=True)
         replay = self.replay
-        comm_ns = replay.durations(scenarios).sum(axis=0) / len(replay.step_ns)
+        group = {dimension: k for k, dimension in enumerate(self.dimensions)}
+        step_ns, exposure = replay.run(scenarios, np.array([group[d] for d in replay.dimension], dtype=np.int64))
+        comm_ns = replay.summed_durations(scenarios) / len(replay.step_ns)
         fixed = replay.exposed_ns.sum() - replay.rows["waited_ns"].astype(float).sum()
         steps = len(replay.step_ns)
-        chosen = {dimension: replay.dimension == dimension for dimension in self.dimensions}
-        scopes = {dimension: _scope(replay, picked) for dimension, picked in chosen.items()}
-        exposed = {dimension: exposure[picked].sum(axis=0) / steps for dimension, picked in chosen.items()}  # per cell
+        scopes = {dimension: _scope(replay, replay.dimension == dimension) for dimension in self.dimensions}
+        exposed = {dimension: exposure[group[dimension]] / steps for dimension in self.dimensions}  # per cell
         rows, parts = [], []
         compute = np.median(replay.compute_ns)
         for k, cell in enumerate(cells):

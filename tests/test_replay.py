@@ -59,10 +59,11 @@ def one_wait(factors) -> Replay:
 
 
 def test_a_wait_moves_with_its_collective(factors):
-    step_ns, exposure = one_wait(factors).run([
+    replay = one_wait(factors)
+    step_ns, exposure = replay.run([
         Scenario(1.0), Scenario(2.0), Scenario(0.5),
         Scenario(1.0, compression=(("tp", 4.0),)), Scenario(1.0, compression=(("dp", 4.0),)),
-    ], exposure=True)
+    ], np.arange(replay.count))  # each row a group of its own
     assert (step_ns[0] / MS).tolist() == [100, 90, 120, 85, 100]
     assert (exposure[0] / MS).tolist() == [20, 10, 40, 5, 20]
 
