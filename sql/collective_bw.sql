@@ -140,11 +140,11 @@ SELECT
     ELSE coalesce(l.link_source, 'unknown: no line rate was found or given')
   END AS link_source,
   CASE WHEN r.measured_utilization > 1 THEN 1.0 ELSE r.measured_utilization END AS utilization,
-  CASE WHEN r.measured_utilization > 1 THEN printf('measured at %.0f%% of the %g Gbit/s line rate, which no transfer can beat: ', 100 * r.measured_utilization, r.link_gbps)
-    || CASE WHEN r.op IN ('send', 'recv') AND r.scope <> 'intra'
-      THEN 'a send and its receive on two hosts are timed by two clocks (from the later start to the receive''s end), so clock skew shortens it; or the line rate given is lower than the link''s'
-      ELSE 'the line rate given is lower than the link''s (check --link-gbps), or the ranks'' clocks disagree, so the shortest instance is not the whole transfer'
-    END
+  CASE WHEN r.measured_utilization > 1 THEN over_line_rate(r.measured_utilization, r.link_gbps,
+    CASE WHEN r.op IN ('send', 'recv') AND r.scope <> 'intra'
+      THEN 'a send and its receive on two hosts are timed by two clocks (from the later start to the receive''s end), so clock skew shortens it'
+      ELSE 'the ranks'' clocks disagree, so the shortest instance is not the whole transfer'
+    END)
   END AS utilization_note,
   r.source
 FROM (

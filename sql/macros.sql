@@ -153,6 +153,21 @@ CREATE OR REPLACE MACRO ranks_text(ranks) AS (
   FROM runs
 );
 
+-- Why a utilisation measured above 1 is not believed (the tables report 1 with this note): no
+-- link carries more than its line rate, so either the measure's clocks disagree (`clocks` says how
+-- they enter it) or the rate given is too low.
+CREATE OR REPLACE MACRO over_line_rate(measured, link_gbps, clocks) AS
+  printf('measured at %.0f%% of the %g Gbit/s line rate, which no link carries: ', 100 * measured, link_gbps)
+  || clocks || ', or the line rate given is lower than the link''s (check --link-gbps)';
+
+-- How clocks can make a network series (net_utilization.source) read above its line rate.
+CREATE OR REPLACE MACRO series_clocks(source) AS
+  CASE source
+    WHEN 'collectives' THEN 'the collectives'' transfers are timed from the traces, where a send and its '
+      || 'receive on two hosts are timed by two clocks, so clock skew shortens them'
+    ELSE 'a sample is timed when it was stamped, not when its counters were read, so a late reading crowds one window'
+  END;
+
 -- A process group in words: its description (`default_pg`, `tp`), else its name.
 CREATE OR REPLACE MACRO group_text(pg_desc, pg_name) AS
   CASE WHEN coalesce(pg_desc, '') IN ('', 'undefined') THEN 'process group ' || pg_name ELSE pg_desc END;

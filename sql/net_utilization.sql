@@ -30,7 +30,10 @@
 --   link_gbps DOUBLE  Line rate the window is compared with (for 'nic' interfaces, the run's
 --       line rate times their number); NULL for interfaces other than the run's link, or when it is
 --       unknown.
---   utilization DOUBLE  The busier direction's throughput over link_gbps.
+--   utilization DOUBLE  The busier direction's throughput over link_gbps, at most 1: where the
+--       measure says more, utilization_note says why.
+--   utilization_note VARCHAR  Why the window measured above the line rate, where it did; NULL
+--       otherwise.
 WITH links AS (
   SELECT any_value(link_gbps) AS link_gbps, any_value(link_interface) AS link_interface FROM runs
 ),
@@ -101,22 +104,27 @@ series AS (
   SELECT * FROM counters
   UNION ALL
   SELECT * FROM derived
+),
+rated AS (
+  SELECT s.*,
+    CASE WHEN s.interface IN (l.link_interface, 'network') THEN l.link_gbps
+         WHEN starts_with(s.interface, 'nic ') THEN l.link_gbps * len(string_split(s.interface, ',')) END AS link_gbps
+  FROM series AS s, links AS l
 )
 SELECT
   getvariable('run_id') AS run_id,
-  s.host,
-  s.source,
-  s.interface,
-  s.window_start_ns,
-  s.window_end_ns,
-  s.rx_bytes,
-  s.tx_bytes,
-  8.0 * s.rx_bytes / (s.window_end_ns - s.window_start_ns) AS rx_gbps,
-  8.0 * s.tx_bytes / (s.window_end_ns - s.window_start_ns) AS tx_gbps,
-  CASE WHEN s.interface IN (l.link_interface, 'network') THEN l.link_gbps
-       WHEN starts_with(s.interface, 'nic ') THEN l.link_gbps * len(string_split(s.interface, ',')) END AS link_gbps,
-  8.0 * greatest(s.rx_bytes, s.tx_bytes) / (s.window_end_ns - s.window_start_ns)
-    / CASE WHEN s.interface IN (l.link_interface, 'network') THEN l.link_gbps
-           WHEN starts_with(s.interface, 'nic ') THEN l.link_gbps * len(string_split(s.interface, ',')) END AS utilization
-FROM series AS s, links AS l
-ORDER BY s.host, s.source, s.interface, s.window_start_ns
+  host,
+  source,
+  interface,
+  window_start_ns,
+  window_end_ns,
+  rx_bytes,
+  tx_bytes,
+  8.0 * rx_bytes / (window_end_ns - window_start_ns) AS rx_gbps,
+  8.0 * tx_bytes / (window_end_ns - window_start_ns) AS tx_gbps,
+  link_gbps,
+  CASE WHEN measured > 1 THEN 1.0 ELSE measured END AS utilization,
+  CASE WHEN measured > 1 THEN over_line_rate(measured, link_gbps, series_clocks(source))
+  END AS utilization_note
+FROM (SELECT *, 8.0 * greatest(rx_bytes, tx_bytes) / (window_end_ns - window_start_ns) / link_gbps AS measured FROM rated)
+ORDER BY host, source, interface, window_start_ns

@@ -24,16 +24,19 @@
 --   p95_gbps DOUBLE  Its 95th percentile over windows.
 --   peak_gbps DOUBLE  Its highest window.
 --   link_gbps DOUBLE  Line rate compared with; NULL when unknown or not the run's link.
---   mean_utilization DOUBLE  mean_gbps / link_gbps.
+--   mean_utilization DOUBLE  mean_gbps / link_gbps. Each utilisation is at most 1: where a
+--       measure says more, utilization_note says why.
 --   p95_utilization DOUBLE  p95_gbps / link_gbps.
 --   peak_utilization DOUBLE  peak_gbps / link_gbps.
 --   comm_windows BIGINT  Windows in which the host's collectives moved data (derived series > 0).
---   comm_mean_utilization DOUBLE  Mean utilisation over those windows only.
+--   comm_mean_utilization DOUBLE  Mean utilisation over those windows only (net_utilization's).
 --   transfer_ns BIGINT  For 'collectives': the time any of the host's collectives was moving data
 --       on the interface in the busier direction (the union of their transfers); NULL for 'counters'.
 --   transfer_gbps DOUBLE  For 'collectives': their bus-bandwidth bits that way over transfer_ns,
 --       Gbit/s: the rate the interface carried while in use, transfers at the same time summed.
 --   transfer_utilization DOUBLE  transfer_gbps / link_gbps.
+--   utilization_note VARCHAR  Why a utilisation of the row measured above the line rate (the
+--       highest, peak or transfer), where one did; NULL otherwise.
 WITH busy AS (
   SELECT
     *,
@@ -91,28 +94,40 @@ in_use AS (
     GROUP BY ALL
   )
   GROUP BY ALL
+),
+summed AS (
+  SELECT
+    b.host,
+    b.source,
+    b.interface,
+    count(*) AS windows,
+    sum(b.moved) AS bytes,
+    8.0 * sum(b.moved) / sum(b.window_end_ns - b.window_start_ns) AS mean_gbps,
+    quantile_cont(b.gbps, 0.95) AS p95_gbps,
+    max(b.gbps) AS peak_gbps,
+    any_value(b.link_gbps) AS link_gbps,
+    coalesce(any_value(c.comm_windows), 0) AS comm_windows,
+    any_value(c.comm_mean_utilization) AS comm_mean_utilization,
+    CAST(any_value(u.transfer_ns) AS BIGINT) AS transfer_ns,
+    8.0 * any_value(u.bytes) / nullif(any_value(u.transfer_ns), 0) AS transfer_gbps
+  FROM busy AS b
+  LEFT JOIN comm AS c USING (host, source, interface)
+  LEFT JOIN in_use AS u USING (host, source, interface)
+  GROUP BY b.host, b.source, b.interface
 )
 SELECT
   getvariable('run_id') AS run_id,
-  b.host,
-  b.source,
-  b.interface,
-  count(*) AS windows,
-  sum(b.moved) AS bytes,
-  8.0 * sum(b.moved) / sum(b.window_end_ns - b.window_start_ns) AS mean_gbps,
-  quantile_cont(b.gbps, 0.95) AS p95_gbps,
-  max(b.gbps) AS peak_gbps,
-  any_value(b.link_gbps) AS link_gbps,
-  8.0 * sum(b.moved) / sum(b.window_end_ns - b.window_start_ns) / any_value(b.link_gbps) AS mean_utilization,
-  quantile_cont(b.gbps, 0.95) / any_value(b.link_gbps) AS p95_utilization,
-  max(b.gbps) / any_value(b.link_gbps) AS peak_utilization,
-  coalesce(any_value(c.comm_windows), 0) AS comm_windows,
-  any_value(c.comm_mean_utilization) AS comm_mean_utilization,
-  CAST(any_value(u.transfer_ns) AS BIGINT) AS transfer_ns,
-  8.0 * any_value(u.bytes) / nullif(any_value(u.transfer_ns), 0) AS transfer_gbps,
-  8.0 * any_value(u.bytes) / nullif(any_value(u.transfer_ns), 0) / any_value(b.link_gbps) AS transfer_utilization
-FROM busy AS b
-LEFT JOIN comm AS c USING (host, source, interface)
-LEFT JOIN in_use AS u USING (host, source, interface)
-GROUP BY b.host, b.source, b.interface
-ORDER BY b.host, b.source, b.interface
+  host, source, interface, windows, bytes, mean_gbps, p95_gbps, peak_gbps, link_gbps,
+  CASE WHEN mean_gbps > link_gbps THEN 1.0 ELSE mean_gbps / link_gbps END AS mean_utilization,
+  CASE WHEN p95_gbps > link_gbps THEN 1.0 ELSE p95_gbps / link_gbps END AS p95_utilization,
+  CASE WHEN peak_gbps > link_gbps THEN 1.0 ELSE peak_gbps / link_gbps END AS peak_utilization,
+  comm_windows,
+  comm_mean_utilization,
+  transfer_ns,
+  transfer_gbps,
+  CASE WHEN transfer_gbps > link_gbps THEN 1.0 ELSE transfer_gbps / link_gbps END AS transfer_utilization,
+  CASE WHEN greatest(peak_gbps, transfer_gbps) > link_gbps THEN
+    over_line_rate(greatest(peak_gbps, transfer_gbps) / link_gbps, link_gbps, series_clocks(source))
+  END AS utilization_note
+FROM summed
+ORDER BY host, source, interface

@@ -37,8 +37,8 @@
 --   wait_share DOUBLE  Share of the exposed communication spent waiting for other ranks.
 --   achieved_busbw_gbps DOUBLE  Bus bandwidth, Gbit/s: over the network, what the hosts' NICs carried
 --       while their collectives moved data, weighted by that time; else the collectives' own,
---       bytes-weighted. At most the line rate (collective_bw.utilization_note says why a transfer
---       measured faster).
+--       bytes-weighted. At most the line rate (network_summary.utilization_note and
+--       collective_bw.utilization_note say why a host or a transfer measured faster).
 --   link_gbps DOUBLE  Line rate it is compared with.
 --   utilization DOUBLE  achieved_busbw_gbps / link_gbps.
 --   full_rate_sf DOUBLE  What-if SF at the run's rank count and line rate, uncompressed.

@@ -218,3 +218,51 @@ def test_waiting_for_a_busy_rank_is_not_the_network(tmp_path):
     # Exposed: 5 + 290 us on rank 0, 300 + 50 us on rank 1; waiting for a busy rank: 100 + 50 us.
     assert step["exposed_comm_ns"] == 645_000 and step["exposed_wait_ns"] == 150_000
     assert step["exposed_transfer_ns"] == 495_000 and step["straggler_rank"] == 1
+
+
+def test_a_host_measured_above_its_line_rate_reads_the_line_rate_and_says_why():
+    """A pipeline's send is timed from its later start to its receive's end, on two hosts' clocks:
+    20 Mbit in 10 ms reads 2 Gbit/s on a 1 Gbit/s link. Utilisation stays at 1, and the row says
+    why it measured more."""
+    con = sql.session()
+    try:
+        sql.use_macros(con)
+        sql.set_variables(con, run_id="r")
+        con.execute("""CREATE TEMP TABLE _host_traffic AS SELECT * FROM (VALUES
+            ('host-a', 'network', 'forward', 'tx', 2.5e6, 0, 10_000_000))
+            AS t(host, interface, collective_key, direction, bytes, transfer_start_ns, transfer_end_ns)""")
+        con.execute("""CREATE TEMP TABLE net_utilization AS SELECT 'r' AS run_id, 'host-a' AS host, 'collectives' AS source,
+            'network' AS interface, 0 AS window_start_ns, 10_000_000 AS window_end_ns, 0 AS rx_bytes,
+            2_500_000 AS tx_bytes, 0.0 AS rx_gbps, 2.0 AS tx_gbps, 1.0 AS link_gbps, 1.0 AS utilization""")
+        result = con.execute(sql.table("network_summary").select())
+        (summary,) = [dict(zip([c[0] for c in result.description], row, strict=True)) for row in result.fetchall()]
+    finally:
+        con.close()
+    assert summary["transfer_gbps"] == pytest.approx(2.0) and summary["peak_gbps"] == pytest.approx(2.0)
+    assert [summary[c] for c in ("transfer_utilization", "peak_utilization", "mean_utilization")] == [1.0, 1.0, 1.0]
+    assert summary["utilization_note"].startswith("measured at 200% of the 1 Gbit/s line rate")
+    assert "clock skew" in summary["utilization_note"]
+
+
+def test_a_window_measured_above_its_line_rate_reads_the_line_rate_and_says_why():
+    """25 MB sent out of a host in one 100 ms window is 2 Gbit/s: on a 1 Gbit/s link the window's
+    utilisation stays at 1 with a note, and a window at half the rate keeps its 0.5 and no note."""
+    con = sql.session()
+    try:
+        sql.use_macros(con)
+        sql.set_variables(con, run_id="r")
+        con.execute("CREATE TEMP TABLE runs AS SELECT 1.0 AS link_gbps, 'eth0' AS link_interface")
+        con.execute("CREATE TEMP TABLE net_samples (host VARCHAR, interface VARCHAR, t_ns BIGINT, rx_bytes BIGINT, tx_bytes BIGINT)")
+        con.execute("CREATE TEMP TABLE ranks AS SELECT 0 AS rank, 'host-a' AS host")
+        con.execute("CREATE TEMP TABLE rank_breakdown AS SELECT 0 AS rank, 0 AS span_start_ns, 200_000_000 AS span_end_ns")
+        con.execute("""CREATE TEMP TABLE _host_traffic AS SELECT * FROM (VALUES
+            ('host-a', 'network', 'forward', 'tx', 25e6, 0, 100_000_000),
+            ('host-a', 'network', 'backward', 'tx', 6.25e6, 100_000_000, 200_000_000))
+            AS t(host, interface, collective_key, direction, bytes, transfer_start_ns, transfer_end_ns)""")
+        windows = con.execute(f"SELECT utilization, utilization_note FROM ({sql.table('net_utilization').query}) "
+                              "ORDER BY window_start_ns").fetchall()
+    finally:
+        con.close()
+    (first, first_note), (second, second_note) = windows
+    assert (first, second) == (1.0, pytest.approx(0.5)) and second_note is None
+    assert first_note.startswith("measured at 200% of the 1 Gbit/s line rate") and "clock skew" in first_note
