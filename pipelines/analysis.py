@@ -26,8 +26,7 @@ from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, create
 
 # Build order: each file may read the tables before it. Names starting with `_` are
 # intermediate and not published. Tables whose inputs are built are built at once, first those
-# that lead to the most Python steps, then the longest chain still to come, ties in this order. `_bucket_readiness` comes early so that
-# `_device_events`, its last reader, leaves memory before the sweep (`step_timeline`).
+# that lead to the most Python steps, then the longest chain still to come, ties in this order.
 BUILD_ORDER = (
     "_device_events",
     "_activity",
