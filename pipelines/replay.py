@@ -226,18 +226,20 @@ class Replay:
         """
         index = np.arange(self.count)[rows]
         replayed = np.empty((len(index), len(scenarios)))
-        for first in range(0, len(index), DURATION_ROWS):
-            part = index[first:first + DURATION_ROWS]
-            replayed[first:first + len(part)] = self._durations(scenarios, part)
+        for first, part in self._chunks(scenarios, index):
+            replayed[first:first + len(part)] = part
         return replayed
 
     def summed_durations(self, scenarios: list[Scenario]) -> np.ndarray:
         """Per scenario, the sum of every row's replayed duration, without the rows x scenarios
         matrix of `durations` (75 MB for 55 000 rows and 170 scenarios)."""
-        total = np.zeros(len(scenarios))
-        for first in range(0, self.count, DURATION_ROWS):
-            total += self._durations(scenarios, np.arange(first, min(first + DURATION_ROWS, self.count))).sum(axis=0)
-        return total
+        return sum((part.sum(axis=0) for _, part in self._chunks(scenarios, np.arange(self.count))),
+                   np.zeros(len(scenarios)))
+
+    def _chunks(self, scenarios: list[Scenario], index: np.ndarray):
+        """The durations of rows `index`, DURATION_ROWS at a time, each with its first position."""
+        for first in range(0, len(index), DURATION_ROWS):
+            yield first, self._durations(scenarios, index[first:first + DURATION_ROWS])
 
     def _durations(self, scenarios: list[Scenario], rows: np.ndarray) -> np.ndarray:
         at_line_rate = np.array([s.line_rate for s in scenarios])[None, :]

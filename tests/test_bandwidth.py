@@ -144,25 +144,33 @@ def test_two_ranks_of_a_host_sending_at_once_fill_its_nic_though_each_gets_half(
     assert verdict == [(pytest.approx(160e6 / 12e6), pytest.approx(160e6 / 12e6 / 16))]
 
 
-def test_a_hosts_sends_out_and_receives_in_at_once_each_take_their_own_direction():
-    """A NIC carries as much each way at once: a pipeline stage's 10 Mbit send out and the 10 Mbit
-    receive in beside it, both over the same 10 ms, use 1 Gbit/s of a 1 Gbit/s link, not twice it."""
+def summarise_network(host_traffic: str, window: str) -> dict:
+    """network_summary of one host's network over one window of net_utilization, from its
+    `_host_traffic` rows (VALUES) and that window's (rx_bytes, tx_bytes, window_end_ns, utilization)."""
     con = sql.session()
     try:
         sql.use_macros(con)
         sql.set_variables(con, run_id="r")
-        con.execute("""CREATE TEMP TABLE _host_traffic AS SELECT * FROM (VALUES
-            ('host-a', 'network', 'forward', 'tx', 1.25e6, 0, 10_000_000),
-            ('host-a', 'network', 'backward', 'rx', 1.25e6, 0, 10_000_000),
-            ('host-a', 'network', 'gradients', 'both', 1.25e6, 20_000_000, 30_000_000))
+        con.execute(f"""CREATE TEMP TABLE _host_traffic AS SELECT * FROM (VALUES {host_traffic})
             AS t(host, interface, collective_key, direction, bytes, transfer_start_ns, transfer_end_ns)""")
-        con.execute("""CREATE TEMP TABLE net_utilization AS SELECT 'r' AS run_id, 'host-a' AS host, 'collectives' AS source,
-            'network' AS interface, 0 AS window_start_ns, 100_000_000 AS window_end_ns, 2_500_000 AS rx_bytes,
-            2_500_000 AS tx_bytes, 0.2 AS rx_gbps, 0.2 AS tx_gbps, 1.0 AS link_gbps, 0.2 AS utilization""")
+        con.execute(f"""CREATE TEMP TABLE net_utilization AS SELECT 'r' AS run_id, 'host-a' AS host,
+            'collectives' AS source, 'network' AS interface, 0 AS window_start_ns, window_end_ns, rx_bytes, tx_bytes,
+            8.0 * rx_bytes / window_end_ns AS rx_gbps, 8.0 * tx_bytes / window_end_ns AS tx_gbps, 1.0 AS link_gbps,
+            utilization FROM (VALUES {window}) AS w(rx_bytes, tx_bytes, window_end_ns, utilization)""")
         result = con.execute(sql.table("network_summary").select())
         (summary,) = [dict(zip([c[0] for c in result.description], row, strict=True)) for row in result.fetchall()]
     finally:
         con.close()
+    return summary
+
+
+def test_a_hosts_sends_out_and_receives_in_at_once_each_take_their_own_direction():
+    """A NIC carries as much each way at once: a pipeline stage's 10 Mbit send out and the 10 Mbit
+    receive in beside it, both over the same 10 ms, use 1 Gbit/s of a 1 Gbit/s link, not twice it."""
+    summary = summarise_network("""('host-a', 'network', 'forward', 'tx', 1.25e6, 0, 10_000_000),
+        ('host-a', 'network', 'backward', 'rx', 1.25e6, 0, 10_000_000),
+        ('host-a', 'network', 'gradients', 'both', 1.25e6, 20_000_000, 30_000_000)""",
+                                "(2_500_000, 2_500_000, 100_000_000, 0.2)")
     # Each way: 10 Mbit in 10 ms, then the all-reduce's 10 Mbit in another 10 ms.
     assert summary["transfer_ns"] == 20_000_000
     assert summary["transfer_gbps"] == pytest.approx(1.0) and summary["transfer_utilization"] == pytest.approx(1.0)
@@ -224,20 +232,8 @@ def test_a_host_measured_above_its_line_rate_reads_the_line_rate_and_says_why():
     """A pipeline's send is timed from its later start to its receive's end, on two hosts' clocks:
     20 Mbit in 10 ms reads 2 Gbit/s on a 1 Gbit/s link. Utilisation stays at 1, and the row says
     why it measured more."""
-    con = sql.session()
-    try:
-        sql.use_macros(con)
-        sql.set_variables(con, run_id="r")
-        con.execute("""CREATE TEMP TABLE _host_traffic AS SELECT * FROM (VALUES
-            ('host-a', 'network', 'forward', 'tx', 2.5e6, 0, 10_000_000))
-            AS t(host, interface, collective_key, direction, bytes, transfer_start_ns, transfer_end_ns)""")
-        con.execute("""CREATE TEMP TABLE net_utilization AS SELECT 'r' AS run_id, 'host-a' AS host, 'collectives' AS source,
-            'network' AS interface, 0 AS window_start_ns, 10_000_000 AS window_end_ns, 0 AS rx_bytes,
-            2_500_000 AS tx_bytes, 0.0 AS rx_gbps, 2.0 AS tx_gbps, 1.0 AS link_gbps, 1.0 AS utilization""")
-        result = con.execute(sql.table("network_summary").select())
-        (summary,) = [dict(zip([c[0] for c in result.description], row, strict=True)) for row in result.fetchall()]
-    finally:
-        con.close()
+    summary = summarise_network("('host-a', 'network', 'forward', 'tx', 2.5e6, 0, 10_000_000)",
+                                "(0, 2_500_000, 10_000_000, 1.0)")
     assert summary["transfer_gbps"] == pytest.approx(2.0) and summary["peak_gbps"] == pytest.approx(2.0)
     assert [summary[c] for c in ("transfer_utilization", "peak_utilization", "mean_utilization")] == [1.0, 1.0, 1.0]
     assert summary["utilization_note"].startswith("measured at 200% of the 1 Gbit/s line rate")

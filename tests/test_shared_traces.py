@@ -55,6 +55,13 @@ def test_step_identity_holds_on_every_row(shared_warehouse):
         assert exposed == comm - overlap and min(compute, exposed, other, idle, overlap) >= 0
     spans = query(shared_warehouse, "SELECT span_ns, compute_ns + exposed_comm_ns + other_ns + idle_ns FROM rank_breakdown")
     assert all(span == total for span, total in spans)
+    # rank_breakdown takes idle time as what the span leaves: it is the idle stretches inside the span.
+    idle = query(shared_warehouse, """
+        SELECT b.run_id, b.rank, b.idle_ns, coalesce(sum(t.dur_ns), 0) FROM rank_breakdown AS b
+        LEFT JOIN step_timeline AS t ON t.run_id = b.run_id AND t.rank = b.rank AND t.state = 'idle'
+          AND t.start_ns >= b.span_start_ns AND t.end_ns <= b.span_end_ns
+        GROUP BY ALL""")
+    assert len(idle) > 3 and all(left == stretches for _, _, left, stretches in idle), idle
 
 
 # The traces HTA's reference outputs cover (by their name there), and their runs here.
