@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,26 @@ def _publish(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> int:
 # spill: ten million device events took 124 s at 1.55 GB of memory two at a time. A Python step
 # runs beside them either way (see `_build_all`).
 PARALLEL_BUILD_MAX_EVENTS = 5_000_000
+# A Python step's arrays lie outside DuckDB's memory limit. While one runs, DuckDB keeps this share
+# of `[resources] memory_mb` free for them, so that the two together stay within the limit: ten
+# million device events peaked at 1.02-1.04 GB with DuckDB at its whole limit beside the replay or
+# the sweep, 0.84-0.86 GB so (docs/performance.md).
+PYTHON_STEP_SHARE = 0.3
+
+
+@contextmanager
+def _lent_to_python(con: duckdb.DuckDBPyConnection, settings: Settings) -> Iterator[None]:
+    """DuckDB's memory limit lowered by PYTHON_STEP_SHARE meanwhile, and set back after. Where
+    DuckDB cannot free that much at once, the limit stays: the step then runs as it would have."""
+    try:
+        con.execute("SET memory_limit = $limit", {"limit": f"{round(settings.memory_mb * (1 - PYTHON_STEP_SHARE))}MB"}).fetchall()
+    except duckdb.OutOfMemoryException:
+        yield
+        return
+    try:
+        yield
+    finally:
+        con.execute("SET memory_limit = $limit", {"limit": f"{settings.memory_mb}MB"}).fetchall()
 
 
 def analyze_run(
@@ -260,13 +281,15 @@ def analyze_run(
 
         def build(con: duckdb.DuckDBPyConnection, name: str) -> int | None:
             if name in PYTHON_STEPS:
-                shared.set_variables(**PYTHON_STEPS[name].build(con, settings))
+                with _lent_to_python(con, settings):
+                    shared.set_variables(**PYTHON_STEPS[name].build(con, settings))
                 return None
             if name in PYTHON_STREAMS:
                 stream = PYTHON_STREAMS[name]
                 con.register(stream.name, stream.make(con))
                 try:
-                    return _publish(con, name, warehouse.table_dir(version, name))
+                    with _lent_to_python(con, settings):
+                        return _publish(con, name, warehouse.table_dir(version, name))
                 finally:
                     con.unregister(stream.name)
             if name in ANALYSIS_TABLES:

@@ -32,7 +32,7 @@ The patterns add to the built-in ones; they never replace them. Also:
 
     [resources]
     threads = 8                  # DuckDB threads for parsing and analysis (default: every core)
-    memory_mb = 640              # DuckDB's memory per ingest; beyond it, joins and tables spill to disk
+    memory_mb = 600              # DuckDB's memory per ingest; beyond it, joins and tables spill to disk
     shard_mb = 1024              # raw trace bytes per parse step of a Dagster run (its workers share them)
 
     [dimensions]
@@ -98,9 +98,10 @@ class Settings:
     comm_patterns: tuple[str, ...] = BUILTIN_COMM_PATTERNS
     threads: int = max(1, os.cpu_count() or 1)
     # What DuckDB may hold in memory during an ingest; the rest spills to the temporary folder. With
-    # the interpreter and libraries, an ingest stays under 1 GB (docs/performance.md); at 768 MB
-    # the analysis of ten million device events ran 1-4 s faster but peaked at 1.2 GB.
-    memory_mb: int = 640
+    # the interpreter, libraries and the analysis's Python steps (which DuckDB makes room for, see
+    # pipelines/analysis.py), an ingest stays under 1 GB (docs/performance.md): the analysis of ten
+    # million device events peaked at 0.98 GB, and at 1.01-1.02 GB with 640 MB.
+    memory_mb: int = 600
     shard_mb: int = 1024
     reduce_cost: tuple[tuple[int, float], ...] = whatif.DEFAULT_REDUCE_COST
     verdict: dict = field(default_factory=lambda: dict(DEFAULT_VERDICT))
