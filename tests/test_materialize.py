@@ -5,7 +5,8 @@ from __future__ import annotations
 import shutil
 
 from conftest import TRACES
-from pipelines.materialize import SMALL_RUN_BYTES, Directly, ThroughDagster
+from pipelines.materialize import ThroughDagster
+from pipelines.stage_runner import SMALL_RUN_BYTES, Directly
 from pipelines.warehouse import Warehouse
 
 

@@ -19,7 +19,7 @@ from pipelines.defs.ingest.assets import INGEST_POOL, check_fields
 from pipelines.defs.ingest.jobs import ingest_executor
 from pipelines.defs.reports.assets import regression_check, report_metadata
 from pipelines.defs.resources import IngestProgress, WarehouseResource
-from pipelines.materialize import SMALL_RUN_BYTES, Directly, failed
+from pipelines.stage_runner import SMALL_RUN_BYTES, Directly, failed
 
 # Small runs that land together are ingested this many to a Dagster run, which then loads Dagster
 # and the code location once for all of them.
