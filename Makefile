@@ -24,7 +24,7 @@ test: $(STAMP)
 
 # Ingest speed and memory against HTA and raw parsers, whole processes against HTA (docs/performance.md).
 bench: $(STAMP)
-	$(PY) -m pipelines.bench $(BENCH_ARGS)
+	$(PY) -m pipelines.testbed.bench $(BENCH_ARGS)
 
 # Bring deploy/ up on three emulated hosts (PostgreSQL, Redis, the daemon, two Celery workers; needs
 # root, postgresql and redis-server), ingest a 16-rank run and 20 small runs through it, print JSON.

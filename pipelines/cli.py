@@ -143,7 +143,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_scale_demo(args: argparse.Namespace) -> int:
     import json
 
-    from pipelines.deployment import missing, scale_demo
+    from pipelines.testbed.deployment import missing, scale_demo
 
     reason = missing()
     if reason:

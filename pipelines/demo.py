@@ -4,9 +4,9 @@ It captures a real two-rank gloo DDP job with the collectors (CPU only), ingests
 a real A100 NCCL trace shipped in `examples/`, writes both reports and prints, per run, the
 verdict: exposed communication, the line rate and how much of it the collectives used, and the
 scaling factor now and at full line rate. Where the machine allows (root, `ip`, `tc`), the job
-runs on two emulated hosts joined by a 1 Gbit/s link (pipelines/cluster.py), each under its own
-`wirespeed collect --nnodes 2`, as on a real cluster; else on this host over loopback, which has
-no line rate, so the demo assumes one and says so. The A100 trace does not record its link
+runs on two emulated hosts joined by a 1 Gbit/s link (pipelines/testbed/cluster.py), each under
+its own `wirespeed collect --nnodes 2`, as on a real cluster; else on this host over loopback,
+which has no line rate, so the demo assumes one and says so. The A100 trace does not record its link
 either: it is ingested as a run folder whose manifest states the line rate assumed.
 
 While it works it shows progress bars and nothing else: the job's own output goes into its run
@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from collectors import rundir
 from collectors.launch import collect, new_run_id
-from pipelines import cluster
+from pipelines.testbed import cluster
 from pipelines.materialize import ingest_paths
 
 DEMO_TRACE = "nccl_data.json.gz"

@@ -115,7 +115,7 @@ def gloo_run(tmp_path_factory) -> Path:
 
 def require_cluster() -> None:
     """Skip (or, with WIRESPEED_REQUIRE_CLUSTER set, fail) where no emulated cluster can be built."""
-    from pipelines.cluster import unavailable_reason
+    from pipelines.testbed.cluster import unavailable_reason
 
     reason = unavailable_reason()
     if reason is None:
@@ -134,8 +134,8 @@ CLUSTER_REPEATS = 3  # pairs of runs (slow, then fast); the checks take the medi
 def cluster_runs(tmp_path_factory):
     """`cluster_runs(job, ranks_per_host=1, repeats=CLUSTER_REPEATS) -> LinkCost`: a `collectors.jobs`
     job on two emulated hosts at 200 and 1000 Mbit/s, `repeats` times each in turn
-    (`pipelines.cluster.measure_link_cost`), once per session."""
-    from pipelines.cluster import measure_link_cost
+    (`pipelines.testbed.cluster.measure_link_cost`), once per session."""
+    from pipelines.testbed.cluster import measure_link_cost
 
     landing = tmp_path_factory.mktemp("cluster-landing")
     measured: dict[tuple, object] = {}

@@ -9,10 +9,10 @@ import sys
 
 from conftest import REPO, ingest_directly
 
-from pipelines.bench import synth, whole
-from pipelines.bench.__main__ import _kept_every_rank
-from pipelines.bench.measure import Measured, run_measured
-from pipelines.bench.scale import count_device_events, scaled_version
+from pipelines.testbed.bench import synth, whole
+from pipelines.testbed.bench.__main__ import _kept_every_rank
+from pipelines.testbed.bench.measure import Measured, run_measured
+from pipelines.testbed.bench.scale import count_device_events, scaled_version
 from pipelines.analysis import analyze_run
 from pipelines.settings import Settings
 from pipelines.warehouse import Warehouse
@@ -105,7 +105,7 @@ def test_a_failing_method_is_reported_not_raised():
 
 def test_small_benchmark_prints_every_line(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "pipelines.bench", "--sizes", "2x3", "--work", str(tmp_path), "--no-hta",
+        [sys.executable, "-m", "pipelines.testbed.bench", "--sizes", "2x3", "--work", str(tmp_path), "--no-hta",
          "--device-events", "150000", "--rounds", "1", "--many-runs", "3", "--nccl-lines", "2000"],
         capture_output=True, text=True, timeout=600, cwd=REPO,
     )

@@ -16,7 +16,7 @@ import pytest
 from collectors import rundir
 from collectors.launch import _last_to_finish, collect
 from conftest import CLUSTER_FAST_MBIT, CLUSTER_REPEATS, CLUSTER_SLOW_MBIT, REPO, demo_answers, require_cluster, wirespeed
-from pipelines.cluster import INTERFACE, Cluster
+from pipelines.testbed.cluster import INTERFACE, Cluster
 
 BENCHMARK_RANGE = ipaddress.ip_network("198.18.0.0/15")
 PORT = 5201

@@ -95,7 +95,7 @@ def straggler_runs(tmp_path_factory, store):
     """DDP on four emulated hosts at 1000 Mbit/s: as it is until two runs agree (at most four
     runs), then with its last rank waiting 300 ms in each step for its input (a slow data loader)."""
     from conftest import require_cluster
-    from pipelines.cluster import run_job
+    from pipelines.testbed.cluster import run_job
 
     require_cluster()
     landing = tmp_path_factory.mktemp("straggler-landing")
@@ -149,7 +149,7 @@ def test_the_regression_check_fires_on_a_slower_link_and_not_on_a_repeat(cluster
     """DDP at 1000 Mbit/s, then again at 1000 (a repeat: quiet), or at 1000 and then at 200 (step
     time, exposed share and the all-reduces' bus bandwidth regressed). Each comparison in a
     warehouse of its own."""
-    from pipelines.cluster import run_job
+    from pipelines.testbed.cluster import run_job
 
     cost = cluster_runs("ddp")
     first_fast, later_fast, apart = a_repeat([pair.fast for pair in cost.pairs],

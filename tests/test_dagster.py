@@ -275,7 +275,7 @@ def test_a_real_daemon_ingests_run_folders_that_land():
     from conftest import REPO
 
     result = subprocess.run(
-        [sys.executable, "-m", "pipelines.bench.daemon", "--runs", "2", "--timeout", "300"],
+        [sys.executable, "-m", "pipelines.testbed.bench.daemon", "--runs", "2", "--timeout", "300"],
         cwd=REPO, capture_output=True, text=True, timeout=400,
     )
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from conftest import wirespeed
-from pipelines.deployment import missing
+from pipelines.testbed.deployment import missing
 
 
 def test_two_workers_parse_one_run_and_ingest_a_burst_once_each():

@@ -83,7 +83,7 @@ def test_a_plain_torchrun_jobs_own_traces_are_taken_and_the_run_ingests_complete
 def test_on_two_hosts_each_takes_its_own_ranks_traces(tmp_path):
     """On the emulated cluster: each host its own network namespace, host name and working folder."""
     require_cluster()
-    from pipelines.cluster import INTERFACE, Cluster
+    from pipelines.testbed.cluster import INTERFACE, Cluster
 
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
     with Cluster(hosts=2, link_mbit=1000) as cluster:

@@ -1,4 +1,5 @@
-"""The code's layout: no module imports, however indirectly, one that imports it back."""
+"""The code's layout: no module imports, however indirectly, one that imports it back; the
+product's modules never import the test bed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGES = ("pipelines", "collectors")
+TESTBED = "pipelines.testbed"
+# The commands that show the product on the test bed: `wirespeed demo` and `wirespeed scale-demo`.
+SHOWCASES = {"pipelines.demo", "pipelines.cli"}
 
 
 def _module_names() -> dict[str, Path]:
@@ -43,6 +47,14 @@ def test_no_module_imports_one_that_imports_it_back():
         tuple(graphlib.TopologicalSorter(import_graph()).static_order())
     except graphlib.CycleError as cycle:
         raise AssertionError(f"an import circle: {' -> '.join(cycle.args[1])}") from None
+
+
+def test_the_product_never_imports_the_test_bed():
+    def testbed(name: str) -> bool:
+        return name == TESTBED or name.startswith(TESTBED + ".")
+
+    importing = {name for name, imported in import_graph().items() if not testbed(name) and any(map(testbed, imported))}
+    assert importing == SHOWCASES
 
 
 def test_the_graph_sees_imports_inside_functions():

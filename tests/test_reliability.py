@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines import rollups
-from pipelines.bench import synth
+from pipelines.testbed.bench import synth
 from pipelines.kineto import normalize
 from pipelines.kineto.splitter import NotATrace
 from pipelines.nccl.logfile import read_log

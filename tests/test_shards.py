@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, wirespeed
 from pipelines import stages
-from pipelines.bench import synth
+from pipelines.testbed.bench import synth
 from pipelines.settings import Settings
 from pipelines.warehouse import TABLES, Warehouse, tables_differ
 

@@ -1,4 +1,4 @@
-"""The wirespeed side of the benchmark, run as `python -m pipelines.bench.children <what> ... MEMORY_MB`.
+"""The wirespeed side of the benchmark, run as `python -m pipelines.testbed.bench.children <what> ... MEMORY_MB`.
 
 `ingest DIR WAREHOUSE MEMORY_MB` times what `wirespeed ingest` does to a run folder, trace files to every
 analysis table (step_breakdown among them) in a fresh warehouse: the parse stage and the analysis

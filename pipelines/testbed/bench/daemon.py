@@ -1,6 +1,6 @@
 """Runs per minute through the real deployment path: landing folder, sensor, Dagster daemon.
 
-`python -m pipelines.bench.daemon [--runs N] [--concurrent K]` writes N finished run folders (each
+`python -m pipelines.testbed.bench.daemon [--runs N] [--concurrent K]` writes N finished run folders (each
 holding the example trace) into a fresh landing folder, starts `dagster-daemon run` on this
 repository's workspace with a fresh DAGSTER_HOME (SQLite storage, a queued run coordinator that
 runs K at once), and waits until every run's report is materialised. It prints how long the sensor
@@ -21,14 +21,14 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
+REPO = HERE.parents[2]
 SOURCE = REPO / "examples" / "nccl_data.json.gz"
 
 
 def main(argv: list[str] | None = None) -> int:
     import dagster as dg
 
-    parser = argparse.ArgumentParser(prog="python -m pipelines.bench.daemon", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pipelines.testbed.bench.daemon", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="run folders to drop into the landing folder (default 20)")
     parser.add_argument("--concurrent", type=int, default=2, help="Dagster runs at once (default 2, one per core here)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds before giving up (default 1800)")

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.cluster import REPO, Cluster, unavailable_reason
+from pipelines.testbed.cluster import REPO, Cluster, unavailable_reason
 
 DEPLOY = REPO / "deploy"
 HEAD = 0  # the host of PostgreSQL, Redis and the daemon; the others are workers
@@ -160,7 +160,7 @@ class Deployment:
         """Finished run folders in the landing folder, each of `ranks` generated rank files (generated
         once, linked into each) or else the example trace; all written first, then moved in at once,
         so one sensor tick sees them all."""
-        from pipelines.bench import synth
+        from pipelines.testbed.bench import synth
 
         staged, generated = self.root / "staged", self.root / f"generated-{ranks}"
         if ranks and not generated.exists():
@@ -203,7 +203,7 @@ class Deployment:
 
     def status(self, run_ids: list[str]) -> dict:
         """`status` asked on the head host: only the cluster's hosts reach PostgreSQL."""
-        result = self.cluster.run(HEAD, [str(BIN / "python"), "-m", "pipelines.deployment", "status", *run_ids],
+        result = self.cluster.run(HEAD, [str(BIN / "python"), "-m", "pipelines.testbed.deployment", "status", *run_ids],
                                   env=self.env, cwd=REPO, timeout=120)
         _check(result)
         return json.loads(result.stdout)

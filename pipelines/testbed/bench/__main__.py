@@ -1,4 +1,4 @@
-"""`python -m pipelines.bench` (or `make bench`): wirespeed's ingest against HTA and raw parsers.
+"""`python -m pipelines.testbed.bench` (or `make bench`): wirespeed's ingest against HTA and raw parsers.
 
 For each size (ranks x MB per rank) it generates a trace set from a real trace (`synth`), a gzip
 copy and an NDJSON twin of the same events, then runs every method in a process of its own
@@ -25,13 +25,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.bench import scale, synth, whole
-from pipelines.bench.measure import Measured, run_measured
+from pipelines.testbed.bench import scale, synth, whole
+from pipelines.testbed.bench.measure import Measured, run_measured
 from pipelines.settings import Settings
 from pipelines.warehouse import Warehouse
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
+REPO = HERE.parents[2]
 DEFAULT_SOURCE = REPO / "examples" / "nccl_data.json.gz"
 # Real small traces for the whole-process table, where the shared traces are beside the clone.
 SHARED_TRACES = REPO.parent / "shared" / "traces"
@@ -92,7 +92,7 @@ def _whole_processes(args, reference_python: Path | None) -> None:
 
 
 def _arguments() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pipelines.testbed.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=lambda s: s.split(","), default=["8x50", "2x400", "1x4000"],
                         help="comma-separated RANKSxMB sets (default 8x50,2x400,1x4000)")
     parser.add_argument("--work", type=Path, default=REPO / "bench-data", help="where sets and warehouses go")
@@ -184,7 +184,7 @@ def _kept_every_rank(measured: Measured, ranks: int) -> Measured:
 
 def _ingest(run_dir: Path, warehouse: Path, memory_mb: int) -> list[str]:
     shutil.rmtree(warehouse, ignore_errors=True)
-    return [sys.executable, "-m", "pipelines.bench.children", "ingest", str(run_dir), str(warehouse), str(memory_mb)]
+    return [sys.executable, "-m", "pipelines.testbed.bench.children", "ingest", str(run_dir), str(warehouse), str(memory_mb)]
 
 
 def _measure_analysis(first_set: Path, args) -> Row:
@@ -197,7 +197,7 @@ def _measure_analysis(first_set: Path, args) -> Row:
     print(f"tiling events to {args.device_events:,} device events ...", file=sys.stderr)
     scale.scaled_version(parsed, version, args.device_events)
     size = f"{args.device_events / 1e6:g}M device events"
-    command = [sys.executable, "-m", "pipelines.bench.children", "analysis", str(version), str(args.memory_mb)]
+    command = [sys.executable, "-m", "pipelines.testbed.bench.children", "analysis", str(version), str(args.memory_mb)]
     measured = run_measured(command, args.timeout)
     return Row(size, "wirespeed analysis SQL alone", 0, measured)
 

@@ -1,5 +1,5 @@
 """The most any ingest built on wirespeed's parser could reach: its cutting and DuckDB's JSON
-reading alone, as a whole process (`python -m pipelines.bench.parser_alone PATH`).
+reading alone, as a whole process (`python -m pipelines.testbed.bench.parser_alone PATH`).
 
 Each trace file of the run is cut into chunks and every event read into the columns wirespeed
 reads, as `wirespeed ingest` does (one file per core, each on its own cursor), and then nothing:

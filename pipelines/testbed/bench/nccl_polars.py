@@ -1,6 +1,6 @@
 """polars alone on an NCCL log: the ceiling for wirespeed's NCCL row of the benchmark.
 
-`python -m pipelines.bench.nccl_polars LOG OUT.parquet` reads the log's lines with polars'
+`python -m pipelines.testbed.bench.nccl_polars LOG OUT.parquet` reads the log's lines with polars'
 streaming engine, keeps those with ` NCCL INFO `, splits them with the grammar's call-line
 pattern and writes the fields to Parquet: the least any reader of these lines must do, with
 nothing of what wirespeed adds (communicators, call order, the other line kinds, the warehouse).

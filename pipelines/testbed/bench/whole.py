@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.bench.measure import tree_rss_bytes
+from pipelines.testbed.bench.measure import tree_rss_bytes
 
 HERE = Path(__file__).resolve().parent
 WIRESPEED = str(Path(sys.executable).with_name("wirespeed"))
@@ -114,7 +114,7 @@ def compare(inputs: list[tuple[str, Path]], work: Path, hta_python: Path | None,
         mine = Timed(label, "wirespeed ingest", path)
         plan.append((mine, [WIRESPEED, "ingest", str(path), "--warehouse", str(warehouse), "--quiet"], warehouse))
         parser = Timed(label, PARSER_ALONE, path)
-        plan.append((parser, [sys.executable, "-m", "pipelines.bench.parser_alone", str(path)], None))
+        plan.append((parser, [sys.executable, "-m", "pipelines.testbed.bench.parser_alone", str(path)], None))
         timed += [mine, parser]
         if hta_python is not None:
             theirs = Timed(label, HTA, path)
@@ -188,7 +188,7 @@ def commands_after(path: Path, work: Path, rounds: int, many: int = 0) -> list[T
 def nccl_log(work: Path, lines: int, rounds: int, timeout_s: float) -> tuple[list[Timed], int, int | None]:
     """A generated one-node log of `lines` lines through `wirespeed ingest` and polars alone, in
     turn; also the calls written and how many of them nccl_calls holds after the last ingest."""
-    from pipelines.bench import nccl_log as generator
+    from pipelines.testbed.bench import nccl_log as generator
     from pipelines.warehouse import Warehouse
 
     folder = work / f"nccl-{lines}"
@@ -202,7 +202,7 @@ def nccl_log(work: Path, lines: int, rounds: int, timeout_s: float) -> tuple[lis
     mine, theirs = Timed(label, NCCL_INGEST, log), Timed(label, POLARS_ALONE, log)
     _in_turn([
         (mine, [WIRESPEED, "ingest", str(log), "--warehouse", str(warehouse), "--quiet"], warehouse),
-        (theirs, [sys.executable, "-m", "pipelines.bench.nccl_polars", str(log), str(folder / "polars.parquet")], None),
+        (theirs, [sys.executable, "-m", "pipelines.testbed.bench.nccl_polars", str(log), str(folder / "polars.parquet")], None),
     ], rounds, timeout_s)
     kept = None
     if not mine.failure:

@@ -46,7 +46,7 @@ BRIDGE = "br0"
 TBF_BURST_S = 0.002
 TBF_MIN_BURST_BYTES = 256 * 1024
 TBF_LATENCY_MS = 50
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def unavailable_reason() -> str | None:
