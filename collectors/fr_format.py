@@ -4,7 +4,7 @@ PyTorch's Flight Recorder keeps the last N collectives of every process group in
 and dumps them as JSON (`torch._C._distributed_c10d._dump_fr_trace_json()`, and, on builds with
 NCCL, `_dump_nccl_trace_json()` for ProcessGroupNCCL's own recorder) or as a pickle (the same
 dicts, `_dump_fr_trace()`, and what NCCL's dump-on-timeout writes). wirespeed writes the JSON form
-and reads both, a pickle as plain values only (pipelines/plain_pickle.py); `sniff` knows either by
+and reads both, a pickle as plain values only (pipelines/read/plain_pickle.py); `sniff` knows either by
 its first bytes.
 
 The collector adds one key of its own, `wirespeed`, to the JSON it writes: what torch's dump

@@ -99,7 +99,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pipelines import settings
     from pipelines.report import report_run
-    from pipelines.warehouse import Warehouse
+    from pipelines.warehouse.store import Warehouse
 
     store = Warehouse(warehouse_dir(args.warehouse))
     store.ensure()
@@ -118,7 +118,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from pipelines import settings
     from pipelines.compare import compare, print_comparison
-    from pipelines.warehouse import Warehouse
+    from pipelines.warehouse.store import Warehouse
 
     store = Warehouse(warehouse_dir(args.warehouse))
     store.ensure()

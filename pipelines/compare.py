@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
-from pipelines import sql
 from pipelines.query import text_table
 from pipelines.settings import Settings
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse import sql
+from pipelines.warehouse.store import Warehouse
 
 MAX_COLLECTIVES = 20
 MAX_RANKS = 10

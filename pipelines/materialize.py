@@ -18,10 +18,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from pipelines import rollups, settings, sql
-from pipelines.sources import discover, run_id_for
+from pipelines import settings
+from pipelines.read.sources import discover, run_id_for
 from pipelines.stage_runner import Directly, StagesRun, landing_dir
-from pipelines.warehouse import Warehouse, check_run_id
+from pipelines.warehouse import rollups, sql
+from pipelines.warehouse.store import Warehouse, check_run_id
 
 
 @dataclass

@@ -19,7 +19,7 @@ import polars as pl
 
 from pipelines.cli import warehouse_dir
 from pipelines.query import tables_named
-from pipelines.warehouse import ROLLUP_TABLES, SCHEMA_DIR, TABLES, Warehouse
+from pipelines.warehouse.store import ROLLUP_TABLES, SCHEMA_DIR, TABLES, Warehouse
 
 
 def open_warehouse(path: str | Path | None = None) -> OpenWarehouse:

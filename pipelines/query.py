@@ -16,8 +16,8 @@ from typing import TextIO
 
 import duckdb
 
-from pipelines import sql
-from pipelines.warehouse import ROLLUP_TABLES, TABLES, Warehouse
+from pipelines.warehouse import sql
+from pipelines.warehouse.store import ROLLUP_TABLES, TABLES, Warehouse
 
 
 def run_query(warehouse_dir: Path, query: str, runs: list[str] | None = None) -> tuple[list[str], list[tuple]]:

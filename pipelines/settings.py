@@ -5,7 +5,7 @@ A warehouse may hold a `wirespeed.toml`:
     [communication]
     # Regular expressions (Python/RE2 syntax, matched anywhere in the name) for kernels or CPU
     # events that are communication but carry no collective metadata and that no built-in
-    # family (pipelines/comm_kernels.py: DeepEP, pplx, NVSHMEM, custom all-reduces, ...) knows.
+    # family (pipelines/read/comm_kernels.py: DeepEP, pplx, NVSHMEM, custom all-reduces, ...) knows.
     patterns = ["^my_allreduce_kernel", "my_dispatch_kernel"]
 
 The patterns add to the built-in ones; they never replace them. Also:
@@ -57,14 +57,15 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines import comm_kernels, whatif
+from pipelines.analysis import whatif
+from pipelines.read import comm_kernels
 
 CONFIG_FILE = "wirespeed.toml"
 # Where DuckDB spills joins, sorts and tables that outgrow its memory limit.
 SPILL_DIR = str(Path(tempfile.gettempdir()) / "wirespeed-duckdb-spill")
 
 # Communication by name, for events without collective metadata: every kernel family's rules
-# (pipelines/comm_kernels.py says which libraries, with their sources) and the CPU side's
+# (pipelines/read/comm_kernels.py says which libraries, with their sources) and the CPU side's
 # annotations and operators.
 BUILTIN_COMM_PATTERNS: tuple[str, ...] = tuple(rule.pattern for rule in comm_kernels.RULES) + comm_kernels.CPU_PATTERNS
 
@@ -99,7 +100,7 @@ class Settings:
     threads: int = max(1, os.cpu_count() or 1)
     # What DuckDB may hold in memory during an ingest; the rest spills to the temporary folder. With
     # the interpreter, libraries and the analysis's Python steps (which DuckDB makes room for, see
-    # pipelines/analysis.py), an ingest stays under 1 GB (docs/performance.md): the analysis of ten
+    # pipelines/analysis/tables.py), an ingest stays under 1 GB (docs/performance.md): the analysis of ten
     # million device events peaked at 0.98 GB, and at 1.01-1.02 GB with 640 MB.
     memory_mb: int = 600
     shard_mb: int = 1024

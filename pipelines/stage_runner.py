@@ -14,8 +14,9 @@ from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pipelines import rollups, settings, stages
-from pipelines.warehouse import Warehouse
+from pipelines import settings, stages
+from pipelines.warehouse import rollups
+from pipelines.warehouse.store import Warehouse
 
 
 @dataclass

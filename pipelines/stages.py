@@ -15,11 +15,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pipelines import checks, ingest, rollups, sql
-from pipelines.ingest import ParseSummary, parse_run
+from pipelines import checks
+from pipelines.parse import tables as parse_tables
+from pipelines.parse.tables import ParseSummary, parse_run
+from pipelines.read.sources import RunSource, discover
 from pipelines.settings import Settings
-from pipelines.sources import RunSource, discover
-from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, open_version
+from pipelines.warehouse import rollups, sql
+from pipelines.warehouse.store import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, open_version
 
 
 class StageError(Exception):
@@ -68,7 +70,7 @@ def parse(
     `publish` makes that version the run's published one at once, for when no analysis follows.
     """
     # The analysis' modules (numpy among them: a sixth of a second) load while DuckDB parses.
-    threading.Thread(target=importlib.import_module, args=("pipelines.analysis",), daemon=True).start()
+    threading.Thread(target=importlib.import_module, args=("pipelines.analysis.tables",), daemon=True).start()
     source = run_source(store, landing, run_id)
     settings = run_settings(store, settings, run_id)
     version = store.start_version(run_id, key, carry_tables=())
@@ -77,13 +79,13 @@ def parse(
 
 
 # The parse of a run as separate steps, which a Dagster run may spread over workers that share
-# the warehouse's folder: plan its shards, parse each, then finish (see pipelines/ingest.py).
+# the warehouse's folder: plan its shards, parse each, then finish (see pipelines/parse/tables.py).
 
 def plan_parse(store: Warehouse, settings: Settings, landing: Path, run_id: str, key: str) -> list[list[int]]:
     """The shards of trace files (indices) that `parse_shard` parses, about `shard_mb` each."""
     source = run_source(store, landing, run_id)
     version = store.start_version(run_id, key, carry_tables=())
-    return ingest.start_parse(source, version, settings.shard_mb * 1024 * 1024)
+    return parse_tables.start_parse(source, version, settings.shard_mb * 1024 * 1024)
 
 
 def parse_shard(
@@ -92,7 +94,7 @@ def parse_shard(
     """Parse one shard of the plan into staging version `key`; returns its record (host, seconds)."""
     source = run_source(store, landing, run_id)
     try:
-        return ingest.parse_shard(source, store.staging(run_id, key), settings, shard, files, progress)
+        return parse_tables.parse_shard(source, store.staging(run_id, key), settings, shard, files, progress)
     except ValueError as problem:  # the run's files changed since the plan
         raise StageError(str(problem)) from problem
 
@@ -105,7 +107,7 @@ def finish_parse(
     settings = run_settings(store, settings, run_id)
     version = store.staging(run_id, key)
     try:
-        summary = ingest.finish_parse(source, version, store, settings, progress)
+        summary = parse_tables.finish_parse(source, version, store, settings, progress)
     except ValueError as problem:
         raise StageError(str(problem)) from problem
     return _parsed(store, settings, source, version, summary, publish)
@@ -145,7 +147,7 @@ def analyze(store: Warehouse, settings: Settings, run_id: str, key: str) -> Stag
     The version's parse tables are those the parse stage wrote under the same key, or else links
     to the published ones, so re-analysing a run never re-reads a raw trace.
     """
-    from pipelines.analysis import analyze_run
+    from pipelines.analysis.tables import analyze_run
 
     if not store.staging(run_id, key).exists() and store.published(run_id) is None:
         raise StageError(f"run {run_id!r} has not been ingested: materialize its parse tables first")

@@ -15,8 +15,8 @@ from typing import TextIO
 import duckdb
 
 from pipelines import settings as settings_module
-from pipelines import replay, whatif
-from pipelines.warehouse import TABLES, Warehouse, open_version
+from pipelines.analysis import replay, whatif
+from pipelines.warehouse.store import TABLES, Warehouse, open_version
 
 
 def numbers(text: str | None, kind=float) -> tuple:

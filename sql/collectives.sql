@@ -1,7 +1,7 @@
 -- collectives: every collective instance each rank took part in, with its size and timing.
 --
 -- On the device timeline an instance is a communication kernel (NCCL, RCCL, a library family of
--- pipelines/comm_kernels.py such as DeepEP, or a user pattern). Its metadata comes, in order of
+-- pipelines/read/comm_kernels.py such as DeepEP, or a user pattern). Its metadata comes, in order of
 -- preference, from the kernel's own args (PyTorch 2.4+ copies them there), from the
 -- `record_param_comms` CPU op with the same `external_id` (older traces), and last from the
 -- kernel's name (`ncclKernel_AllReduce_...`, `deep_ep::intranode::dispatch` say the op, not the
@@ -12,7 +12,7 @@
 -- name, the size from its recorded input shapes. gloo annotations name no group: each worker
 -- thread's group, and a send's or receive's group and peer, are read from the trace's threads,
 -- the peers its `c10d` calls name and which ranks' instances end together (`_gloo_groups`,
--- pipelines/gloo_groups.py); a rank whose trace lists no groups keeps its default group. `bytes`
+-- pipelines/analysis/gloo_groups.py); a rank whose trace lists no groups keeps its default group. `bytes`
 -- is the message size S of the nccl-tests convention, from which bus bandwidth follows: the input
 -- for allreduce, reducescatter, alltoall, broadcast, reduce and send; the whole output for
 -- allgather and recv. `seq` is the trace's `Seq` where it has one,
@@ -66,7 +66,7 @@
 --   metadata_source VARCHAR  'kernel', 'record_param_comms', 'kernel name' or 'gloo annotation'.
 --   kernel_family VARCHAR  What recognised it as communication: the library family its name
 --       matches (nccl, rccl, msccl, mscclpp, deepep, pplx, mori, trtllm, flashinfer,
---       custom_allreduce, symm_mem, userbuffers, nvshmem; see pipelines/comm_kernels.py), else
+--       custom_allreduce, symm_mem, userbuffers, nvshmem; see pipelines/read/comm_kernels.py), else
 --       'metadata' (its collective metadata alone), 'gloo' (a gloo annotation) or 'user pattern'
 --       (a pattern of wirespeed.toml).
 --   size_unknown_reason VARCHAR  Why bytes is NULL; NULL when bytes is known.

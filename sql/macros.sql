@@ -1,5 +1,5 @@
 -- Macros shared by the table files. Each session's in-memory database defines them once, for
--- every connection to it (pipelines/sql.py `session`); what they read is each session's variables.
+-- every connection to it (pipelines/warehouse/sql.py `session`); what they read is each session's variables.
 
 -- Whether a trace event ran on a GPU stream: kernels, copies and fills. Kineto's categories, plus
 -- the names traces from 2021 and earlier used.
@@ -23,7 +23,7 @@ CREATE OR REPLACE MACRO is_comm_name(name) AS
 -- The first built-in rule a communication kernel's name matches: the library family it comes
 -- from and the op its name says, as a struct (family, pattern, op); NULL when no rule matches (a
 -- user's pattern from wirespeed.toml, or a kernel recognised by its metadata alone). The rules come
--- from pipelines/comm_kernels.py, in order in `comm_kernel_rules` and as one expression with a
+-- from pipelines/read/comm_kernels.py, in order in `comm_kernel_rules` and as one expression with a
 -- named group per rule in `comm_kernel_regex`, which finds the first matching rule in one pass:
 -- the position of the one group that captured text is the rule's. Call it on distinct names.
 CREATE OR REPLACE MACRO comm_kernel_match(name) AS

@@ -1,7 +1,7 @@
 -- step_critical_path: what each step's critical path on each rank is made of.
 --
 -- The critical path of a step on a rank is the longest chain of dependencies the trace records
--- that ends on that rank in that step (`pipelines/critical_path.py`): HTA's graph on each rank
+-- that ends on that rank in that step (`pipelines/analysis/critical_path.py`): HTA's graph on each rank
 -- (operators in order on each CPU thread, each launch and its kernel, kernels in order on each
 -- stream, a stream waiting for another stream's recorded event, a CPU call blocked until the kernel
 -- or event it waits for ends), and the step's collectives across its ranks: a rank's instance waits

@@ -1,6 +1,6 @@
 -- step_dependencies: every dependency the traces record within a step, the graph its critical path runs through.
 --
--- What `pipelines/critical_path.py` builds for each step (see `step_critical_path`), an edge a
+-- What `pipelines/analysis/critical_path.py` builds for each step (see `step_critical_path`), an edge a
 -- row: from one point in time on a rank (an event's start or end, or a collective's arrival,
 -- begin or end) to a later one that could not come before it. `dependency` says why:
 --   'operator'           along a CPU thread's operators, or a device event's own span;
@@ -18,7 +18,7 @@
 -- `weight_ns` is the time the edge adds to a path through it (0 for a recorded wait, and for a
 -- thread's gap that a collective's end closed). A large run has the graph of the steps whose
 -- critical paths it has (see step_critical_path). The replay what-if replays a step whose traces
--- record their waits through this graph (pipelines/graph_replay.py).
+-- record their waits through this graph (pipelines/analysis/graph_replay.py).
 --
 -- Grain: one row per run, step and dependency.
 --

@@ -7,7 +7,7 @@
 -- draws one step as the timeline chart. It says *when* communication was exposed, not only how
 -- much.
 --
--- The sweep itself is pipelines/sweep.py (NumPy: a running sum over tens of millions of changes,
+-- The sweep itself is pipelines/analysis/sweep.py (NumPy: a running sum over tens of millions of changes,
 -- which DuckDB's window functions took nearly twice as long for, writing included); it streams
 -- each rank's stretches straight into this table's Parquet file, and every reader reads them
 -- from there.

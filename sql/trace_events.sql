@@ -5,7 +5,7 @@
 -- moved onto the absolute clock: Kineto since PyTorch 2.4 writes microseconds relative to
 -- `baseTimeNanoseconds`, older traces absolute microseconds; both become integer nanoseconds
 -- since the Unix epoch (read as DECIMAL, or as DOUBLE where every value is small enough for a
--- double to hold its nanoseconds: pipelines/kineto/fields.py). Collective metadata is kept where
+-- double to hold its nanoseconds: pipelines/read/kineto/fields.py). Collective metadata is kept where
 -- the trace has it: on the NCCL kernel itself (PyTorch 2.4+) or only on the `record_param_comms`
 -- CPU op (older traces; join on `external_id`).
 --

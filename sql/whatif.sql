@@ -1,7 +1,7 @@
 -- whatif: the run's step time and scaling factor at other line rates, compressions and rank counts.
 --
 -- Two models (docs/whatif.md). 'replay' replays every step of the run with every collective's
--- transfer at the cell's rates (`pipelines/replay.py`, from `whatif_inputs`): the network at
+-- transfer at the cell's rates (`pipelines/analysis/replay.py`, from `whatif_inputs`): the network at
 -- bandwidth_gbps, the intra-host link as measured, every collective's bytes divided by the
 -- compression ratio, and, for N above the run's ranks, the data-parallel groups (dp, fsdp) made
 -- N / ranks times larger; each cell twice, with every transfer at the share of the line rate it

@@ -1,6 +1,6 @@
 -- whatif_inputs: every figure the replay what-if uses, one row per collective instance of each rank.
 --
--- The replay (docs/whatif.md, `pipelines/replay.py`) keeps each rank's timeline as measured and
+-- The replay (docs/whatif.md, `pipelines/analysis/replay.py`) keeps each rank's timeline as measured and
 -- moves only what a different link would move: each collective's duration, and the waits that
 -- ended when it completed. A collective (matched across ranks, `collective_sync`) begins when its
 -- last rank arrives (`begin_ns`) and ends at `collective_end_ns`. Its time is told apart into what

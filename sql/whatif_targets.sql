@@ -1,6 +1,6 @@
 -- whatif_targets: the least compression, and the least line rate per link, that let the run reach a scaling factor.
 --
--- 'replay' rows (`pipelines/replay.py`) come from searching the replay, whose step never grows
+-- 'replay' rows (`pipelines/analysis/replay.py`) come from searching the replay, whose step never grows
 -- as a link gets faster or traffic smaller: per dimension, the least compression of that
 -- dimension's traffic alone at line rate B ('all': of every collective); on the 'all' rows, the
 -- least network line rate (uncompressed, the intra-host link as measured) and the least

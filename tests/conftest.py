@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from pipelines import stages
+from pipelines.read.sources import run_id_for
 from pipelines.settings import Settings
-from pipelines.sources import run_id_for
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"

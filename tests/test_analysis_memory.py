@@ -6,9 +6,10 @@ from dataclasses import replace
 
 from conftest import REPO, ingest_directly
 
-from pipelines import analysis, sql
+from pipelines.analysis import tables
 from pipelines.settings import Settings
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse import sql
+from pipelines.warehouse.store import Warehouse
 
 RUN = REPO / "examples" / "nccl_data.json.gz"
 
@@ -29,20 +30,20 @@ def test_python_steps_run_with_part_of_duckdbs_memory_lent_to_them(tmp_path, mon
             return step.build(con, settings)
         return replace(step, build=build)
 
-    original_publish = analysis._publish
+    original_publish = tables._publish
 
     def publish(con, name, folder):
         seen[name] = _limit_mb(con)  # a streamed table's rows are made in Python as it is written
         return original_publish(con, name, folder)
 
-    monkeypatch.setattr(analysis, "PYTHON_STEPS", {n: probed_step(n, s) for n, s in analysis.PYTHON_STEPS.items()})
-    monkeypatch.setattr(analysis, "_publish", publish)
+    monkeypatch.setattr(tables, "PYTHON_STEPS", {n: probed_step(n, s) for n, s in tables.PYTHON_STEPS.items()})
+    monkeypatch.setattr(tables, "_publish", publish)
     store = Warehouse(tmp_path / "warehouse")
     store.ensure()
     ingest_directly(store, RUN, settings=settings)
 
-    lent = 500 * (1 - analysis.PYTHON_STEP_SHARE)
-    steps = set(analysis.PYTHON_STEPS) | set(analysis.PYTHON_STREAMS)
+    lent = 500 * (1 - tables.PYTHON_STEP_SHARE)
+    steps = set(tables.PYTHON_STEPS) | set(tables.PYTHON_STREAMS)
     assert steps <= set(seen)
     assert all(abs(seen[name] - lent) < 1 for name in steps), seen
     con = sql.session(settings.duckdb_config())  # the same database, its whole limit back

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import ingest_directly, table_rows as rows
-from pipelines import rollups, sql
 from pipelines.settings import Settings
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse import rollups, sql
+from pipelines.warehouse.store import Warehouse
 from synthetic import Kernel, Rank, ns, write_run
 
 MB_FLOATS = 1_000_000  # 4,000,000 bytes of float

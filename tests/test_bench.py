@@ -9,13 +9,13 @@ import sys
 
 from conftest import REPO, ingest_directly
 
+from pipelines.analysis.tables import analyze_run
+from pipelines.settings import Settings
 from pipelines.testbed.bench import synth, whole
 from pipelines.testbed.bench.__main__ import _kept_every_rank
 from pipelines.testbed.bench.measure import Measured, run_measured
 from pipelines.testbed.bench.scale import count_device_events, scaled_version
-from pipelines.analysis import analyze_run
-from pipelines.settings import Settings
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 
 SOURCE = REPO / "examples" / "nccl_data.json.gz"
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import GLOO_RANKS, REPO, demo_answers, wirespeed
-from pipelines.sources import discover
+from pipelines.read.sources import discover
 
 RANKS = list(range(GLOO_RANKS))
 

@@ -56,7 +56,7 @@ def test_sql_makes_views_of_the_tables_a_query_names_or_of_all(warehouse):
     """A query gets views of the tables it names (a join of two here); one that names none of
     them, such as a look at the catalog, sees every table; a query that is not one statement too."""
     from pipelines.query import tables_named
-    from pipelines.warehouse import ROLLUP_TABLES, TABLES
+    from pipelines.warehouse.store import ROLLUP_TABLES, TABLES
 
     assert tables_named("SELECT * FROM Steps JOIN runs USING (run_id)") == ("runs", "steps")
     assert tables_named("SELECT table_name FROM information_schema.tables") == TABLES + ROLLUP_TABLES

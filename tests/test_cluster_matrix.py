@@ -21,8 +21,8 @@ import json
 import pytest
 
 from conftest import ingest_directly, table_rows, wirespeed
-from pipelines import rollups
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse import rollups
+from pipelines.warehouse.store import Warehouse
 
 # job: ranks per host, and the link each dimension's collectives use.
 MATRIX = {

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import ingest_directly, table_rows as rows
 from pipelines.settings import Settings
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 from synthetic import Kernel, Rank, write_run
 
 IDENTITY = """

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ingest_directly
 from pipelines.settings import load
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 from synthetic import Kernel, Rank, write_run
 
 # (name, op, family) for each family.

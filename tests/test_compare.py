@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from conftest import REPO, TRACES, ingest_directly, wirespeed
-from pipelines import rollups
 from pipelines.compare import compare
 from pipelines.settings import Settings
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse import rollups
+from pipelines.warehouse.store import Warehouse
 
 
 def assert_parts_add_up(result: dict) -> None:

@@ -7,11 +7,11 @@ import re
 import pytest
 
 from conftest import REPO
-from pipelines import sql
-from pipelines.analysis import BUILD_ORDER
-from pipelines.kineto.fields import ARG_KEYS
-from pipelines.schema_doc import schema_markdown
-from pipelines.warehouse import ANALYSIS_TABLES, ROLLUP_TABLES, TABLES
+from pipelines.analysis.tables import BUILD_ORDER
+from pipelines.read.kineto.fields import ARG_KEYS
+from pipelines.warehouse import sql
+from pipelines.warehouse.schema_doc import schema_markdown
+from pipelines.warehouse.store import ANALYSIS_TABLES, ROLLUP_TABLES, TABLES
 
 ALL_TABLES = TABLES + ROLLUP_TABLES + tuple(n for n in BUILD_ORDER if n.startswith("_"))
 
@@ -29,7 +29,7 @@ def test_every_table_file_has_a_contract(name):
 
 
 def test_schema_doc_is_current():
-    assert (REPO / "docs" / "schema.md").read_text() == schema_markdown(), "run: python -m pipelines.schema_doc > docs/schema.md"
+    assert (REPO / "docs" / "schema.md").read_text() == schema_markdown(), "run: python -m pipelines.warehouse.schema_doc > docs/schema.md"
 
 
 def test_every_arg_key_read_is_used():

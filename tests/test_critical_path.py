@@ -8,9 +8,10 @@ import pyarrow as pa
 import pytest
 
 from conftest import REFERENCE, TRACES, ingest_directly, table_rows
-from pipelines import critical_path, sql
-from pipelines.kineto.fields import MAX_PLAUSIBLE_DUR_NS
-from pipelines.warehouse import Warehouse
+from pipelines.analysis import critical_path
+from pipelines.read.kineto.fields import MAX_PLAUSIBLE_DUR_NS
+from pipelines.warehouse import sql
+from pipelines.warehouse.store import Warehouse
 
 HTA = json.loads((REFERENCE / "hta_0.6.1_critical_path.json").read_text())["traces"]
 SHARE_POINTS = 2.0  # the bar: each of HTA's categories within 2 points of its share

@@ -11,10 +11,10 @@ import dagster as dg
 import pytest
 
 from conftest import GLOO_RANKS, TRACES
+from pipelines.definitions import defs
 from pipelines.defs.ingest.sensors import landing_sensor
 from pipelines.defs.resources import WarehouseResource
-from pipelines.definitions import defs
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 
 
 @pytest.fixture(scope="module")
@@ -242,7 +242,7 @@ def test_the_cli_writes_the_same_tables_with_and_without_dagster(tmp_path, monke
     assets in that instance. Both warehouses hold the same rows in every table, and the instance
     has recorded every run's materialisations."""
     from conftest import TRACES, shared_trace_files, wirespeed
-    from pipelines.warehouse import tables_differ
+    from pipelines.warehouse.store import tables_differ
 
     paths = [str(p) for p in shared_trace_files()] + [str(TRACES / "hta_sampled_2rank")]
     home = _dagster_home(tmp_path)

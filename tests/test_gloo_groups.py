@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 
 from conftest import ingest_directly, table_rows
-from pipelines.gloo_groups import assign
-from pipelines.warehouse import Warehouse
+from pipelines.analysis.gloo_groups import assign
+from pipelines.warehouse.store import Warehouse
 
 MESH_JOB = textwrap.dedent('''
     import os, socket, sys

@@ -7,7 +7,7 @@ import shutil
 from conftest import TRACES
 from pipelines.materialize import ThroughDagster
 from pipelines.stage_runner import SMALL_RUN_BYTES, Directly
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 
 
 class Unheard:

@@ -8,9 +8,9 @@ import shutil
 import pytest
 
 from conftest import SHARED, ingest_directly, table_rows, wirespeed
-from pipelines import sql
-from pipelines.nccl.logfile import read_log
-from pipelines.warehouse import Warehouse
+from pipelines.read.nccl.logfile import read_log
+from pipelines.warehouse import sql
+from pipelines.warehouse.store import Warehouse
 from synthetic import NcclLog
 
 LOGS = SHARED / "nccl_logs"
@@ -263,8 +263,8 @@ def read_line_by_line(path, run_id: str) -> list[dict]:
     logfile's reader, none through polars' streaming pass), numbered and named as the table is."""
     import polars as pl
 
-    from pipelines.nccl import calls
-    from pipelines.nccl.logfile import _Reader
+    from pipelines.read.nccl import calls
+    from pipelines.read.nccl.logfile import _Reader
 
     reader = _Reader(path, run_id, 0)
     text = path.read_bytes().decode("utf-8", errors="replace")
@@ -279,8 +279,8 @@ def read_line_by_line(path, run_id: str) -> list[dict]:
 
 
 def test_streaming_pass_reads_calls_as_the_line_grammar_does(tmp_path, monkeypatch):
-    from pipelines.nccl import calls, lines
-    from pipelines.nccl.logfile import scan_log
+    from pipelines.read.nccl import calls, lines
+    from pipelines.read.nccl.logfile import scan_log
 
     monkeypatch.setattr(lines, "PER_LINE_BYTES", 0)  # polars reads even a log this small
     log = tmp_path / "mixed.log"
@@ -305,7 +305,7 @@ def test_streaming_pass_reads_calls_as_the_line_grammar_does(tmp_path, monkeypat
 def test_gzip_members_and_invalid_utf8(tmp_path, monkeypatch, segment_bytes):
     import gzip
 
-    from pipelines.nccl import lines
+    from pipelines.read.nccl import lines
 
     monkeypatch.setattr(lines, "SEGMENT_BYTES", segment_bytes)
     monkeypatch.setattr(lines, "PER_LINE_BYTES", 0)
@@ -326,7 +326,7 @@ def test_gzip_members_and_invalid_utf8(tmp_path, monkeypatch, segment_bytes):
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_real_logs_read_the_same_both_ways(name, monkeypatch):
-    from pipelines.nccl import lines
+    from pipelines.read.nccl import lines
 
     monkeypatch.setattr(lines, "PER_LINE_BYTES", 0)
     streamed = read_log(LOGS / name, "r")

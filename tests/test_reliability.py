@@ -26,13 +26,13 @@ from conftest import REPO, SHARED, TRACES, ingest_directly, wirespeed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines import rollups
-from pipelines.testbed.bench import synth
-from pipelines.kineto import normalize
-from pipelines.kineto.splitter import NotATrace
-from pipelines.nccl.logfile import read_log
+from pipelines.read.kineto import normalize
+from pipelines.read.kineto.splitter import NotATrace
+from pipelines.read.nccl.logfile import read_log
 from pipelines.settings import Settings
-from pipelines.warehouse import GRACE_SECONDS, Warehouse
+from pipelines.testbed.bench import synth
+from pipelines.warehouse import rollups
+from pipelines.warehouse.store import GRACE_SECONDS, Warehouse
 
 SAMPLED = TRACES / "hta_sampled_2rank"
 LOGS = SHARED / "nccl_logs"
@@ -603,14 +603,14 @@ def test_file_names_with_quotes_spaces_and_unicode_ingest_and_are_named_exactly(
 
 
 def test_only_the_plain_unpickler_loads_pickles():
-    """One module unpickles what a user hands over: pipelines/plain_pickle.py, whose unpickler
+    """One module unpickles what a user hands over: pipelines/read/plain_pickle.py, whose unpickler
     refuses every global (test_flight_recorder ingests pickles that would run a command)."""
     pattern = re.compile(r"\b(import pickle|from pickle|pickle\.load|torch\.load|import dill|import shelve|marshal\.load)")
     offenders = [
         str(path.relative_to(REPO)) for folder in ("pipelines", "collectors") for path in (REPO / folder).rglob("*.py")
         if pattern.search(path.read_text())
     ]
-    assert offenders == ["pipelines/plain_pickle.py"]
+    assert offenders == ["pipelines/read/plain_pickle.py"]
 
 
 def test_a_pickle_that_stands_for_more_than_it_holds_is_refused_at_once():
@@ -618,7 +618,7 @@ def test_a_pickle_that_stands_for_more_than_it_holds_is_refused_at_once():
     (2^60 strings written out, from 2 KB), a list that holds itself, and values JSON has not."""
     import pickle
 
-    from pipelines import plain_pickle
+    from pipelines.read import plain_pickle
 
     bomb: list = ["x" * 1000]
     for _ in range(60):

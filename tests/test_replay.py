@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import ingest_directly, table_rows, wirespeed
-from pipelines import sql
-from pipelines.replay import Cell, Model, Replay, Scenario, busbw_factors
-from pipelines.warehouse import Warehouse
+from pipelines.analysis.replay import Cell, Model, Replay, Scenario, busbw_factors
+from pipelines.warehouse import sql
+from pipelines.warehouse.store import Warehouse
 from synthetic import BASE_NS, GlooCall, GlooRank, Kernel, Rank, write_gloo_run, write_nccl_logs, write_run
 
 MS = 1_000_000

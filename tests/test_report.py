@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO, TRACES, ingest_directly
 from pipelines.report import report_run
 from pipelines.settings import Settings
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 
 BROWSER_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -230,7 +230,7 @@ def test_a_report_imports_no_altair_once_the_chart_specs_are_kept(nccl_report, t
         "import sys; from pathlib import Path\n"
         "from pipelines.report import report_run\n"
         "from pipelines.settings import Settings\n"
-        "from pipelines.warehouse import Warehouse\n"
+        "from pipelines.warehouse.store import Warehouse\n"
         f"report_run(Warehouse({str(nccl_report.parent.parent)!r}), Settings(), 'nccl_data', Path({str(again)!r}))\n"
         "assert 'altair' not in sys.modules, 'imported Altair'\n"
     )
@@ -345,9 +345,9 @@ def test_the_throughput_chart_shows_the_interface_that_carried_the_traffic(tmp_p
 def test_the_fleet_report_in_a_browser_draws_each_job_with_no_errors(tmp_path):
     """Two runs of one job and one of another: the fleet report (the Dagster asset's own code)
     lists both jobs, draws their trends, and loads in Chromium with no console error."""
-    from pipelines import rollups
     from pipelines.defs.resources import WarehouseResource
     from pipelines.defs.rollups.assets import fleet_report
+    from pipelines.warehouse import rollups
 
     landing = tmp_path / "landing"
     for index, (name, job) in enumerate([("a1", "alpha"), ("a2", "alpha"), ("b1", "beta")]):
@@ -384,8 +384,8 @@ def dg_materialize(asset, resource) -> dict:
 def test_a_long_critical_path_is_drawn_through_its_rank_changes_and_longest_dependencies(nccl_report):
     """Capped below its length, the timeline's path keeps its two ends, every point where it changes
     rank and, of the rest, those before its longest dependencies; uncapped, every point, in order."""
-    from pipelines import sql
-    from pipelines.warehouse import TABLES, open_version
+    from pipelines.warehouse import sql
+    from pipelines.warehouse.store import TABLES, open_version
 
     store = Warehouse(nccl_report.parent.parent)
     con = open_version(store.published("nccl_data"), Settings(), "nccl_data", TABLES)

@@ -9,11 +9,12 @@ import time
 from pathlib import Path
 
 from conftest import TRACES, ingest_directly
-from pipelines import checks, rollups
+from pipelines import checks
 from pipelines.materialize import ingest_paths
 from pipelines.report import report_run
 from pipelines.settings import Settings
-from pipelines.warehouse import ROLLUP_TABLES, TABLES, Warehouse, open_version
+from pipelines.warehouse import rollups
+from pipelines.warehouse.store import ROLLUP_TABLES, TABLES, Warehouse, open_version
 
 SINGLE = TRACES / "hta_single_rank_of_multirank"
 

@@ -13,9 +13,9 @@ import pytest
 
 from conftest import REPO, wirespeed
 from pipelines import stages
-from pipelines.testbed.bench import synth
 from pipelines.settings import Settings
-from pipelines.warehouse import TABLES, Warehouse, tables_differ
+from pipelines.testbed.bench import synth
+from pipelines.warehouse.store import TABLES, Warehouse, tables_differ
 
 RANKS = 16
 RANK_BYTES = 9_600_000  # one copy of the example trace's events per rank

@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from conftest import REFERENCE, TRACES, ingest_directly, shared_trace_files
+from pipelines.read.sources import run_id_for
 from pipelines.settings import load
-from pipelines.sources import run_id_for
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 
 
 def query(store, sql_text: str, **variables):

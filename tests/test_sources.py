@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED, TRACES, ingest_directly, table_rows
-from pipelines.sources import discover
-from pipelines.warehouse import Warehouse
+from pipelines.read.sources import discover
+from pipelines.warehouse.store import Warehouse
 
 LOGS = SHARED / "nccl_logs"
 SAMPLED = TRACES / "hta_sampled_2rank"

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import TRACES, ingest_directly, table_rows, wirespeed
 from pipelines import settings
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 
 # A benchmark harness's trace: no ProfilerStep, but record_function annotations around each
 # warmup and measured forward pass (each pass is two nested instances of the same name).

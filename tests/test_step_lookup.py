@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from conftest import ingest_directly
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 from synthetic import Kernel, Rank, write_run
 
 # (step, start us, duration us): step 3 is a thousand typical steps long, step 5 starts inside

@@ -3,7 +3,7 @@
 import numpy as np
 import pyarrow as pa
 
-from pipelines import sweep
+from pipelines.analysis import sweep
 
 
 CLASSES = {"compute": sweep.COMPUTE, "comm": sweep.COMM, "other": sweep.OTHER}

@@ -12,10 +12,10 @@ import orjson
 import pytest
 
 from conftest import TRACES
-from pipelines.kineto import normalize
-from pipelines.kineto.exact import exact_trace
-from pipelines.kineto.fields import ARG_KEYS
-from pipelines.kineto.splitter import NotATrace, split_trace
+from pipelines.read.kineto import normalize
+from pipelines.read.kineto.exact import exact_trace
+from pipelines.read.kineto.fields import ARG_KEYS
+from pipelines.read.kineto.splitter import NotATrace, split_trace
 
 NCCL_DATA = TRACES / "hta_ddp_nccl_meta_2024" / "nccl_data.json.gz"
 

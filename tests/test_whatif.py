@@ -8,9 +8,10 @@ import duckdb
 import pytest
 
 from conftest import ingest_directly, wirespeed
-from pipelines import rollups, whatif
+from pipelines.analysis import whatif
 from pipelines.settings import Settings
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse import rollups
+from pipelines.warehouse.store import Warehouse
 from synthetic import Kernel, Rank, write_run
 
 MIB = 1 << 20

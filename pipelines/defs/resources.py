@@ -6,7 +6,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines import settings
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 
 
 class WarehouseResource(dg.ConfigurableResource):

@@ -14,11 +14,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
-from pipelines import checks, rollups, sql
+from pipelines import checks
 from pipelines.checks import Verdict
 from pipelines.report.page import Page, paragraph, table, text
 from pipelines.settings import Settings
-from pipelines.warehouse import ROLLUP_TABLES, TABLES, Warehouse, open_version
+from pipelines.warehouse import rollups, sql
+from pipelines.warehouse.store import ROLLUP_TABLES, TABLES, Warehouse, open_version
 
 # Every query a report runs (sql.report_rows), and so every table its session needs.
 REPORT_QUERIES = sql.SQL_DIR / "report"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines import rollups, sql
 from pipelines.report import write
 from pipelines.report.page import Page, paragraph, table
 from pipelines.settings import Settings
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse import rollups, sql
+from pipelines.warehouse.store import Warehouse
 
 # Runs per job drawn in the trends: the latest ones.
 MAX_FLEET_RUNS = 500

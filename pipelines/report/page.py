@@ -15,8 +15,8 @@ import orjson
 
 import importlib.metadata
 
-from pipelines.cache import kept
 from pipelines.report import templates
+from pipelines.warehouse.cache import kept
 
 
 @cache

@@ -14,7 +14,7 @@ import json
 from functools import cache
 from pathlib import Path
 
-from pipelines.cache import kept
+from pipelines.warehouse.cache import kept
 
 CHARTS_MODULE = Path(__file__).with_name("charts.py")
 

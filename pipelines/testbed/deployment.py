@@ -180,7 +180,7 @@ class Deployment:
     def wait_for(self, run_ids: list[str], timeout: float) -> dict:
         """Until every run's report is materialised and no Dagster run is left to finish; returns
         the instance's state then (see `status`)."""
-        from pipelines.warehouse import Warehouse
+        from pipelines.warehouse.store import Warehouse
 
         state: dict = {}
         store = Warehouse(self.warehouse)
@@ -271,7 +271,7 @@ def _most_at_once(spans: list[tuple[float, float]]) -> int:
 
 def scale_demo(small_runs: int = 20, ranks: int = 16, timeout: float = 900) -> dict:
     """Bring the deployment up on three hosts, ingest through it, check what it wrote; stop it all."""
-    from pipelines.warehouse import TABLES, Warehouse, tables_differ
+    from pipelines.warehouse.store import TABLES, Warehouse, tables_differ
 
     root = Path(tempfile.mkdtemp(prefix="wirespeed-scale-"))
     root.chmod(0o755)  # PostgreSQL runs as its own user, inside it

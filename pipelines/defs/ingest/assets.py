@@ -12,11 +12,12 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines import checks, sql, stages
-from pipelines.analysis import lineage
+from pipelines import checks, stages
+from pipelines.analysis.tables import lineage
 from pipelines.defs.partitions import runs_partitions
 from pipelines.defs.resources import WarehouseResource
-from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES
+from pipelines.warehouse import sql
+from pipelines.warehouse.store import ANALYSIS_TABLES, PARSE_TABLES
 
 INGEST_POOL = "wirespeed_ingest"
 # Which tables each analysis table is derived from, read from its SQL.

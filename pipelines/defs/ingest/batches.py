@@ -14,12 +14,13 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id  # no public API batches
 
-from pipelines import sql, stages
+from pipelines import stages
 from pipelines.defs.ingest.assets import INGEST_POOL, check_fields
 from pipelines.defs.ingest.jobs import ingest_executor
 from pipelines.defs.reports.assets import regression_check, report_metadata
 from pipelines.defs.resources import IngestProgress, WarehouseResource
 from pipelines.stage_runner import SMALL_RUN_BYTES, Directly, failed
+from pipelines.warehouse import sql
 
 # Small runs that land together are ingested this many to a Dagster run, which then loads Dagster
 # and the code location once for all of them.

@@ -11,8 +11,8 @@ from pipelines.defs.ingest.batches import ingest_batch_job, small_batches
 from pipelines.defs.ingest.jobs import ingest_job
 from pipelines.defs.partitions import runs_partitions
 from pipelines.defs.resources import WarehouseResource
-from pipelines.sources import DONE_MARKER, is_complete_run
-from pipelines.warehouse import check_run_id
+from pipelines.read.sources import DONE_MARKER, is_complete_run
+from pipelines.warehouse.store import check_run_id
 
 
 # A tick asks for at most this many runs, those finished first; the rest wait for the next tick,

@@ -7,7 +7,7 @@ import dagster as dg
 from pipelines import stages
 from pipelines.defs.partitions import runs_partitions
 from pipelines.defs.resources import WarehouseResource
-from pipelines.warehouse import ANALYSIS_TABLES
+from pipelines.warehouse.store import ANALYSIS_TABLES
 
 SEVERITY = {"warn": dg.AssetCheckSeverity.WARN, "error": dg.AssetCheckSeverity.ERROR}
 

@@ -2,9 +2,9 @@
 
 import dagster as dg
 
-from pipelines import rollups, sql
 from pipelines.defs.resources import WarehouseResource
-from pipelines.warehouse import ROLLUP_TABLES
+from pipelines.warehouse import rollups, sql
+from pipelines.warehouse.store import ROLLUP_TABLES
 
 # Which roll-ups each roll-up reads, from its SQL.
 _DEPS = rollups.lineage()

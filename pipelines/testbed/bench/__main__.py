@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.settings import Settings
 from pipelines.testbed.bench import scale, synth, whole
 from pipelines.testbed.bench.measure import Measured, run_measured
-from pipelines.settings import Settings
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]

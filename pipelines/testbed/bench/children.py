@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines.analysis import analyze_run
-from pipelines.ingest import parse_run
+from pipelines.analysis.tables import analyze_run
+from pipelines.parse.tables import parse_run
+from pipelines.read.sources import discover
 from pipelines.settings import Settings
-from pipelines.sources import discover
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse.store import Warehouse
 
 
 def ingest(run_dir: Path, root: Path, settings: Settings) -> dict:

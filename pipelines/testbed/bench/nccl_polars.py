@@ -12,7 +12,7 @@ import sys
 
 import polars as pl
 
-from pipelines.nccl import grammar
+from pipelines.read.nccl import grammar
 
 
 def main() -> None:

@@ -14,11 +14,11 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pipelines import sql
-from pipelines.kineto import normalize
-from pipelines.kineto.fields import FAST_TIME_TYPE, event_json_columns
+from pipelines.read.kineto import normalize
+from pipelines.read.kineto.fields import FAST_TIME_TYPE, event_json_columns
+from pipelines.read.sources import discover
 from pipelines.settings import Settings
-from pipelines.sources import discover
+from pipelines.warehouse import sql
 
 # Every column, so that DuckDB must build each one; the hash keeps nothing.
 READ_EVERY_COLUMN = """

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines import sql
-from pipelines.warehouse import PARSE_TABLES
+from pipelines.warehouse import sql
+from pipelines.warehouse.store import PARSE_TABLES
 
 
 def scaled_version(parsed: Path, target: Path, device_events: int) -> int:

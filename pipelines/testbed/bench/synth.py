@@ -21,7 +21,7 @@ from typing import BinaryIO
 import orjson
 from isal import igzip
 
-from pipelines.kineto.splitter import open_trace
+from pipelines.read.kineto.splitter import open_trace
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 ID_ARGS = ("correlation", "External id")

@@ -189,7 +189,7 @@ def nccl_log(work: Path, lines: int, rounds: int, timeout_s: float) -> tuple[lis
     """A generated one-node log of `lines` lines through `wirespeed ingest` and polars alone, in
     turn; also the calls written and how many of them nccl_calls holds after the last ingest."""
     from pipelines.testbed.bench import nccl_log as generator
-    from pipelines.warehouse import Warehouse
+    from pipelines.warehouse.store import Warehouse
 
     folder = work / f"nccl-{lines}"
     log, done = folder / "node07.log", folder / ".complete"

@@ -2,7 +2,7 @@
 
 A dump is one rank's recorder: torch's JSON (collectors/fr_format.py), with the collector's
 `wirespeed` section when the collector wrote it, or torch's pickle of the same dicts (NCCL's dump
-on a timeout, `_dump_fr_trace()`). A pickle is loaded by `pipelines.plain_pickle`, which builds
+on a timeout, `_dump_fr_trace()`). A pickle is loaded by `pipelines.read.plain_pickle`, which builds
 plain values only and refuses every global, so nothing in a file runs; its tuples become lists and
 its None times "not discovered", as in the JSON. torch's own dumps carry no rank, so it comes from
 the digits that end the file's name, as torchfrtrace takes it. Everything doubtful becomes a parse
@@ -19,8 +19,8 @@ from pathlib import Path
 import orjson
 
 from collectors import fr_format as fr
-from pipelines import plain_pickle
-from pipelines.issues import ParseIssue
+from pipelines.parse.issues import ParseIssue
+from pipelines.read import plain_pickle
 
 # What an entry must have to be matched across ranks, and its type.
 REQUIRED = {

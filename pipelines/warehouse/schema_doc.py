@@ -1,17 +1,17 @@
 """Generate docs/schema.md from the headers of the SQL files, so the two cannot drift apart.
 
-    python -m pipelines.schema_doc > docs/schema.md
+    python -m pipelines.warehouse.schema_doc > docs/schema.md
 """
 
 from __future__ import annotations
 
-from pipelines import sql
-from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, ROLLUP_TABLES
+from pipelines.warehouse import sql
+from pipelines.warehouse.store import ANALYSIS_TABLES, PARSE_TABLES, ROLLUP_TABLES
 
 INTRO = """# Schema
 
 Every table wirespeed publishes, generated from the header of its SQL file (`sql/<table>.sql`) by
-`python -m pipelines.schema_doc`. The header is also the table's contract: the SQL runner casts each
+`python -m pipelines.warehouse.schema_doc`. The header is also the table's contract: the SQL runner casts each
 query's result to exactly these columns and types. A table *empty without* another has no rows
 when that one has none (Flight Recorder tables without dumps); the runner then builds it empty
 without running its query.

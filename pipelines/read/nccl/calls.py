@@ -17,8 +17,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipelines import sql
-from pipelines.nccl import grammar, lines
+from pipelines.read.nccl import grammar, lines
+from pipelines.warehouse import sql
 
 KEY = ["log_file", "host", "pid", "comm"]
 BATCH_ROWS = 100_000

@@ -32,8 +32,8 @@ from pathlib import Path
 import orjson
 import polars as pl
 
-from pipelines.issues import ParseIssue
-from pipelines.nccl import calls, grammar, lines
+from pipelines.parse.issues import ParseIssue
+from pipelines.read.nccl import calls, grammar, lines
 
 RING_ORDER = re.compile(r"^(?:Channel|Ring) \d+(?:/\d+)? :(?:\s+\d+)+$")
 TEST_HEADER = re.compile(r"^#\s+size\s+count\s+type\b")

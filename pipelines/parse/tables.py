@@ -28,16 +28,17 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines import fr_dumps, sql
-from pipelines.issues import ParseIssue
-from pipelines.kineto import normalize
-from pipelines.kineto.fields import MAX_PLAUSIBLE_DUR_NS
-from pipelines.kineto.splitter import CannotCut, NotATrace
-from pipelines.nccl import calls as nccl_calls
-from pipelines.nccl.logfile import scan_log
+from pipelines.parse.issues import ParseIssue
+from pipelines.read import fr_dumps
+from pipelines.read.kineto import normalize
+from pipelines.read.kineto.fields import MAX_PLAUSIBLE_DUR_NS
+from pipelines.read.kineto.splitter import CannotCut, NotATrace
+from pipelines.read.nccl import calls as nccl_calls
+from pipelines.read.nccl.logfile import scan_log
+from pipelines.read.sources import RunSource
 from pipelines.settings import Settings
-from pipelines.sources import RunSource
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse import sql
+from pipelines.warehouse.store import Warehouse
 
 Progress = Callable[[int], None]
 

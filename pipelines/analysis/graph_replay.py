@@ -1,6 +1,6 @@
 """The replay of a step through the dependencies its trace records (`step_dependencies`).
 
-The replay of pipelines/replay.py keeps one shift per rank: once a wait moves, everything after it
+The replay of pipelines/analysis/replay.py keeps one shift per rank: once a wait moves, everything after it
 on the rank moves as far, a kernel that another stream ran beside the wait as much as the kernel
 that waited. Where a trace records what waited for what (`cuda_sync` events: a stream waiting for
 a collective's event, a call blocked until a kernel ended), a step is replayed through its graph
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from pipelines.critical_path import TRANSFER, WAIT, edge_order
+from pipelines.analysis.critical_path import TRANSFER, WAIT, edge_order
 
 # The steps whose every rank's trace records its waits, and their graphs (see step_critical_path's
 # sync_recorded): a step with ranks that do not is replayed as a timeline.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines import sql
+from pipelines.warehouse import sql
 
 MIB = 1 << 20
 

@@ -17,10 +17,10 @@ from collections.abc import Collection
 
 import duckdb
 
-from pipelines import sql
-from pipelines.kineto.fields import MAX_PLAUSIBLE_DUR_NS
+from pipelines.read.kineto.fields import MAX_PLAUSIBLE_DUR_NS
 from pipelines.settings import Settings
-from pipelines.warehouse import ROLLUP_TABLES, TABLES, Warehouse
+from pipelines.warehouse import sql
+from pipelines.warehouse.store import ROLLUP_TABLES, TABLES, Warehouse
 
 # The runs whose roll-up rows depend on `changed`: those runs and every run of their jobs, under
 # the job each has now and the one the stored roll-ups knew it by (scaling compares within a job).

@@ -10,7 +10,7 @@ classified one by one, at its top and in every subfolder (the collector's `trace
 - counters: the collector's `net.<host>.csv` and `cpu.<host>.csv`;
 - Flight Recorder dumps: JSON (`fr/rank<R>.json`, or any file that begins like one, such as
   torch's `nccl_trace_rank_<R>`), or torch's pickle of one, known by its first bytes (ingest loads
-  it as plain values only, `pipelines.plain_pickle`); any other pickle is named, never loaded;
+  it as plain values only, `pipelines.read.plain_pickle`); any other pickle is named, never loaded;
 - the collector's `manifest.json` at the top, and `ranks/*.json` and `hosts/*.json`, which the
   manifest is made from: when a run died before its manifest was written, it is made from them;
 - the collector's markers, `_DONE` and `hosts/.finishing`.
@@ -33,7 +33,7 @@ from pathlib import Path
 from collectors import fr_format
 from collectors import manifest as collector_manifest
 from collectors import rundir
-from pipelines.issues import ParseIssue
+from pipelines.parse.issues import ParseIssue
 
 MANIFEST = rundir.MANIFEST
 DONE_MARKER = rundir.DONE

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 
 import orjson
 
-from pipelines.issues import ParseIssue
-from pipelines.kineto.splitter import DEFAULT_CHUNK_BYTES, NotATrace, _Reader, open_trace
+from pipelines.parse.issues import ParseIssue
+from pipelines.read.kineto.splitter import DEFAULT_CHUNK_BYTES, NotATrace, _Reader, open_trace
 
 # A value still incomplete after this many characters is not going to complete.
 MAX_VALUE_CHARS = 64 << 20

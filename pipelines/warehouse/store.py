@@ -42,9 +42,9 @@ from urllib.parse import quote, unquote
 
 import duckdb
 
-from pipelines import sql
-from pipelines.kineto.fields import MAX_PLAUSIBLE_DUR_NS
+from pipelines.read.kineto.fields import MAX_PLAUSIBLE_DUR_NS
 from pipelines.settings import Settings
+from pipelines.warehouse import sql
 
 # Tables written by parsing a run's raw inputs, and tables derived from them by SQL.
 PARSE_TABLES = (

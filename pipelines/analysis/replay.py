@@ -1,6 +1,6 @@
 """The replay what-if: each step of a run, replayed with every collective at another line rate.
 
-The paper's model (pipelines/whatif.py) sees only data-parallel gradient buckets. The replay takes
+The paper's model (pipelines/analysis/whatif.py) sees only data-parallel gradient buckets. The replay takes
 every collective of every step from `whatif_inputs` and keeps the rest of each rank's timeline as
 measured: what a rank did between waits takes as long as it did. Only three things move:
 
@@ -25,7 +25,7 @@ The run is replayed as one timeline, so that what one step leaves late (a pipeli
 gradients, a slow rank's optimizer) delays the next; a step's replayed length on a rank is its
 measured length plus how much the rank's shift grew over its window. A step whose every rank
 records its waits (`cuda_sync` events) is replayed through its graph instead
-(pipelines/graph_replay.py). Where collectives overlapped on one link, the queue's turns are not
+(pipelines/analysis/graph_replay.py). Where collectives overlapped on one link, the queue's turns are not
 how the link served them, and the run's own link may not give the run back exactly (a dp x tp
 run at 1 Gbit/s replayed 6 % long, and its "full line rate" came out below "now"); the run is
 the measure there, so a scenario in which no collective is slower than in the run replays no
@@ -43,7 +43,7 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from pipelines import graph_replay
+from pipelines.analysis import graph_replay
 
 # Dimensions that grow with the run: more ranks are more data-parallel replicas.
 SCALED_DIMENSIONS = ("dp", "fsdp")
@@ -122,7 +122,7 @@ class Replay:
         self.window_end = np.array(steps.column("window_end_ns").to_pylist(), dtype=np.int64)
         self._schedule()
         self.own_ns = (self.transfer + self.rest)[self.first_rows]  # each collective's duration at the run's own link
-        # The steps replayed through the dependencies their traces record (pipelines/graph_replay.py).
+        # The steps replayed through the dependencies their traces record (pipelines/analysis/graph_replay.py).
         index = {rank_step: k for k, rank_step in enumerate(self.step_rank)}
         self.graphs = [(graph, {rank: index[(rank, step)] for rank in graph.end if (rank, step) in index})
                        for step, graph in (graphs or {}).items()]

@@ -11,7 +11,7 @@ Cuts are made at the byte sequence that separates two events in this file (Kinet
 `},\\n  {`; other writers `}, {` or `},{`). A raw newline can only be JSON whitespace, and a cut
 anywhere but between two top-level events leaves a chunk with unbalanced brackets or an open
 string, so a wrong cut never yields a wrong event: it yields a chunk that fails to parse, and the
-caller then falls back to `pipelines.kineto.exact`, which walks the document event by event.
+caller then falls back to `pipelines.read.kineto.exact`, which walks the document event by event.
 
 An uncompressed file is not read through Python at all: only the bytes around each cut are read
 to place it, and the kernel copies the ranges between cuts into the chunk files (`os.sendfile`).
@@ -39,7 +39,7 @@ from typing import BinaryIO
 import orjson
 from isal import isal_zlib
 
-from pipelines.issues import ParseIssue
+from pipelines.parse.issues import ParseIssue
 
 READ_BYTES = 8 << 20
 # Small enough that a file's chunks keep every core busy, large enough that there are few files.

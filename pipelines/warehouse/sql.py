@@ -40,10 +40,10 @@ from typing import Any
 
 import duckdb
 
-from pipelines import comm_kernels
-from pipelines.cache import kept, kept_bytes
+from pipelines.read import comm_kernels
+from pipelines.warehouse.cache import kept, kept_bytes
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 
 _COLUMN = re.compile(r"^--   ([a-z_][a-z0-9_]*) (\S.*?)\s{2,}(\S.*)$")
 _CONTINUATION = re.compile(r"^--\s{5,}(\S.*)$")
@@ -242,7 +242,7 @@ def use_macros(con: duckdb.DuckDBPyConnection) -> None:
 
 def macro_variables() -> dict[str, Any]:
     """What the macros read: the communication kernel families (`comm_kernel_match`), kept in
-    pipelines/comm_kernels.py with the patterns settings.py builds from them."""
+    pipelines/read/comm_kernels.py with the patterns settings.py builds from them."""
     return comm_kernels.session_variables()
 
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines import sql
-from pipelines.issues import ParseIssue
-from pipelines.kineto.exact import exact_trace
-from pipelines.kineto.fields import (
+from pipelines.parse.issues import ParseIssue
+from pipelines.read.kineto.exact import exact_trace
+from pipelines.warehouse import sql
+from pipelines.read.kineto.fields import (
     ARG_KEYS, EXACT_TIME_TYPE, FAST_TIME_LIMIT_NS, FAST_TIME_TYPE, MAX_PLAUSIBLE_DUR_NS, event_json_columns,
 )
-from pipelines.kineto.splitter import CannotCut, split_trace
+from pipelines.read.kineto.splitter import CannotCut, split_trace
 
 _RANK_IN_NAME = re.compile(r"rank[^0-9a-z]{0,2}(\d+)", re.IGNORECASE)
 # Before 2001 in nanoseconds: a trace whose times land here was written relative to a base

@@ -30,8 +30,8 @@ import polars as pl
 import pyarrow.parquet as pq
 from isal import isal_zlib
 
-from pipelines.kineto import splitter
-from pipelines.nccl import grammar
+from pipelines.read.kineto import splitter
+from pipelines.read.nccl import grammar
 
 SEGMENT_BYTES = 64 << 20
 # A segment smaller than this (a whole small log, mostly: one per process with NCCL_DEBUG_FILE) is

@@ -20,10 +20,11 @@ from typing import Any
 
 import duckdb
 
-from pipelines import critical_path, gloo_groups, replay, sql, sweep, whatif
-from pipelines.cache import kept
+from pipelines.analysis import critical_path, gloo_groups, replay, sweep, whatif
 from pipelines.settings import Settings
-from pipelines.warehouse import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, create_version_view, version_variables
+from pipelines.warehouse import sql
+from pipelines.warehouse.cache import kept
+from pipelines.warehouse.store import ANALYSIS_TABLES, PARSE_TABLES, Warehouse, create_version_view, version_variables
 
 # Build order: each file may read the tables before it. Names starting with `_` are
 # intermediate and not published. Tables whose inputs are built are built at once, first those
@@ -119,9 +120,9 @@ class PythonStep:
 
 
 PYTHON_STEPS = {
-    # Which group each gloo collective ran in (pipelines/gloo_groups.py), for `collectives`.
+    # Which group each gloo collective ran in (pipelines/analysis/gloo_groups.py), for `collectives`.
     gloo_groups.STEP: PythonStep("collectives", gloo_groups.QUERIES, (gloo_groups.TABLE,), _register_gloo_groups),
-    # Every step's critical path and graph (pipelines/critical_path.py), for `step_critical_path`
+    # Every step's critical path and graph (pipelines/analysis/critical_path.py), for `step_critical_path`
     # and `step_dependencies`.
     critical_path.STEP: PythonStep(
         "step_critical_path", critical_path.QUERIES, (critical_path.TABLE, critical_path.GRAPH_TABLE),
@@ -145,7 +146,7 @@ class PythonStream:
 
 
 PYTHON_STREAMS = {
-    # Each rank's timeline cut into stretches of one state (pipelines/sweep.py).
+    # Each rank's timeline cut into stretches of one state (pipelines/analysis/sweep.py).
     "step_timeline": PythonStream(sweep.STREAM, sweep.QUERIES, sweep.stretches),
 }
 

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines import sql
+from pipelines.warehouse import sql
 
 STEP = "_critical_path_step"
 TABLE = "_critical_path_edges"  # every step's path on each rank, edge by edge
