@@ -17,8 +17,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from pipelines.cli import warehouse_dir
-from pipelines.query import tables_named
+from pipelines.commands.cli import warehouse_dir
+from pipelines.commands.query import tables_named
 from pipelines.warehouse.store import ROLLUP_TABLES, SCHEMA_DIR, TABLES, Warehouse
 
 

@@ -75,7 +75,7 @@ def table_rows(store: Warehouse, query: str, parameters: list | dict | None = No
 def wirespeed(*args: str, cwd: Path | None = None, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """Run the real `wirespeed` command line in a child process."""
     result = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", *args], cwd=cwd or REPO, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "pipelines.commands.cli", *args], cwd=cwd or REPO, env=env, capture_output=True, text=True
     )
     if check and result.returncode != 0:
         raise AssertionError(f"wirespeed {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")

@@ -55,7 +55,7 @@ def test_sql_table_format(warehouse):
 def test_sql_makes_views_of_the_tables_a_query_names_or_of_all(warehouse):
     """A query gets views of the tables it names (a join of two here); one that names none of
     them, such as a look at the catalog, sees every table; a query that is not one statement too."""
-    from pipelines.query import tables_named
+    from pipelines.commands.query import tables_named
     from pipelines.warehouse.store import ROLLUP_TABLES, TABLES
 
     assert tables_named("SELECT * FROM Steps JOIN runs USING (run_id)") == ("runs", "steps")
@@ -81,7 +81,7 @@ def test_sql_errors_are_reported_not_raised(warehouse):
 
 
 def test_the_command_exits_without_losing_output(warehouse):
-    """`wirespeed` skips the interpreter's teardown at exit (pipelines.cli.run): what it printed
+    """`wirespeed` skips the interpreter's teardown at exit (pipelines.commands.cli.run): what it printed
     still arrives whole, through a buffered pipe."""
     rows = 200_000
     buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}

@@ -117,7 +117,7 @@ def test_everything_is_gone_after_the_context_even_after_an_exception():
 
 
 def collect_on(cluster: Cluster, index: int, landing: Path, run_id: str, command: list[str]) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", run_id, "--nnodes", "2",
+    argv = [sys.executable, "-m", "pipelines.commands.cli", "collect", "--landing", str(landing), "--run-id", run_id, "--nnodes", "2",
             "--link-gbps", str(CLUSTER_SLOW_MBIT / 1000), "--", *command]
     return cluster.popen(index, argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

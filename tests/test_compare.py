@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import REPO, TRACES, ingest_directly, wirespeed
-from pipelines.compare import compare
+from pipelines.commands.compare import compare
 from pipelines.settings import Settings
 from pipelines.warehouse import rollups
 from pipelines.warehouse.store import Warehouse
@@ -37,7 +37,7 @@ def test_the_parts_of_two_real_runs_add_up_and_what_differs_is_said(store):
     with pytest.raises(LookupError, match="not in the warehouse"):
         compare(store, Settings(), nccl, "no-such-run")
     # Read as far as its first line (`wirespeed compare A B | head -1`), it stops without a traceback.
-    piped = subprocess.run(f"{sys.executable} -m pipelines.cli compare {nccl} {sampled} --warehouse {store.root} | head -1",
+    piped = subprocess.run(f"{sys.executable} -m pipelines.commands.cli compare {nccl} {sampled} --warehouse {store.root} | head -1",
                            shell=True, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert piped.stdout.count("\n") == 1 and "Traceback" not in piped.stderr and piped.stderr == ""
 

@@ -214,7 +214,7 @@ def test_a_scheduler_killing_a_hung_job_still_leaves_every_dump(landing, warehou
     harness that ignores it (in two full test runs this test failed as it does then, on the code
     that started the job before passing signals on)."""
     run, output = landing / "killed", landing / "killed.log"
-    collect = [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", "killed", "--",
+    collect = [sys.executable, "-m", "pipelines.commands.cli", "collect", "--landing", str(landing), "--run-id", "killed", "--",
                *job("--fault", "skip", "--timeout-s", "120")]
     ignoring = f"import os, signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); os.execv({collect[0]!r}, {collect!r})"
     with open(output, "w") as sink:
@@ -537,7 +537,7 @@ def plain(plain_job: Path, launcher: str, fault: str, timeout_s: float) -> list[
 
 def collect_plain(landing: Path, run_id: str, command: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", run_id,
+        [sys.executable, "-m", "pipelines.commands.cli", "collect", "--landing", str(landing), "--run-id", run_id,
          "--sample-interval-ms", "0", "--", *command],
         cwd=cwd, env={**GLOO, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
     )
@@ -603,7 +603,7 @@ def test_a_plain_job_hung_and_ended_by_sigterm_leaves_every_dump(plain_job, land
     C++, and rank 2 sleeps, until a scheduler sends SIGTERM to every process of the job."""
     run_id = f"plain-killed-{launcher}"
     run, output = landing / run_id, landing / f"{run_id}.log"
-    argv = [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", run_id,
+    argv = [sys.executable, "-m", "pipelines.commands.cli", "collect", "--landing", str(landing), "--run-id", run_id,
             "--sample-interval-ms", "0", "--", *plain(plain_job, launcher, "skip", 120)]
     with open(output, "w") as sink:
         launcher = subprocess.Popen(argv, cwd=plain_job, env={**GLOO, "PYTHONPATH": str(REPO)}, stdout=sink,
@@ -641,7 +641,7 @@ def test_the_injection_chains_the_jobs_sitecustomize_and_arms_nothing_without_a_
     env = {**GLOO, "PYTHONPATH": os.pathsep.join((str(own), str(REPO)))}
     for inject, printed in (("1", "ran False True"), ("0", "ran False False")):
         result = subprocess.run(
-            [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(tmp_path), "--run-id", f"probe{inject}",
+            [sys.executable, "-m", "pipelines.commands.cli", "collect", "--landing", str(tmp_path), "--run-id", f"probe{inject}",
              "--sample-interval-ms", "0", "--", sys.executable, "-c", probe],
             cwd=tmp_path, env=env | {"WIRESPEED_INJECT": inject}, capture_output=True, text=True, timeout=120,
         )
@@ -667,7 +667,7 @@ def test_a_job_that_uses_capture_gets_one_recorder(tmp_path):
     script = tmp_path / "one.py"
     script.write_text(ONE_RECORDER)
     result = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(tmp_path), "--run-id", "one",
+        [sys.executable, "-m", "pipelines.commands.cli", "collect", "--landing", str(tmp_path), "--run-id", "one",
          "--sample-interval-ms", "0", "--", sys.executable, str(script)],
         cwd=tmp_path, env={**GLOO, "PYTHONPATH": str(REPO), "PORT": str(free_port())}, capture_output=True, text=True, timeout=120,
     )
@@ -703,7 +703,7 @@ def test_a_forked_workers_sigterm_ends_the_worker_only_and_dumps_nothing(tmp_pat
     script = tmp_path / "forks.py"
     script.write_text(FORKS_A_WORKER)
     launched = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(tmp_path), "--run-id", "forks",
+        [sys.executable, "-m", "pipelines.commands.cli", "collect", "--landing", str(tmp_path), "--run-id", "forks",
          "--sample-interval-ms", "0", "--", sys.executable, str(script)],
         cwd=tmp_path, env={**GLOO, "PYTHONPATH": str(REPO), "PORT": str(free_port())}, stdout=subprocess.PIPE, text=True,
     )

@@ -44,7 +44,7 @@ def job_folder(folder: Path) -> Path:
 
 
 def collect_argv(landing: Path, run_id: str, *options: str) -> list[str]:
-    return [sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", run_id,
+    return [sys.executable, "-m", "pipelines.commands.cli", "collect", "--landing", str(landing), "--run-id", run_id,
             "--traces", "outputs/traces", "--sample-interval-ms", "0", *options, "--"]
 
 

@@ -12,7 +12,7 @@ from conftest import REPO
 PACKAGES = ("pipelines", "collectors")
 TESTBED = "pipelines.testbed"
 # The commands that show the product on the test bed: `wirespeed demo` and `wirespeed scale-demo`.
-SHOWCASES = {"pipelines.demo", "pipelines.cli"}
+SHOWCASES = {"pipelines.commands.cli", "pipelines.commands.demo"}
 
 
 def _module_names() -> dict[str, Path]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 from conftest import TRACES
-from pipelines.materialize import ThroughDagster
+from pipelines.commands.ingest import ThroughDagster
 from pipelines.stage_runner import SMALL_RUN_BYTES, Directly
 from pipelines.warehouse.store import Warehouse
 

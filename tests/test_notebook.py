@@ -59,7 +59,7 @@ def test_reads_published_versions_beside_an_ingest(warehouse):
     w = open_warehouse(warehouse)
     before = w.table("nccl_calls", run="nccl_logs")
     ingest = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", "ingest", str(LOGS), "--warehouse", str(warehouse), "--quiet"],
+        [sys.executable, "-m", "pipelines.commands.cli", "ingest", str(LOGS), "--warehouse", str(warehouse), "--quiet"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     reads = 0

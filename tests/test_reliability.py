@@ -391,7 +391,7 @@ def test_a_killed_ingest_leaves_the_previous_version(tmp_path, big_run):
     inputs = digest(big_run)
 
     ingest = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", "ingest", str(big_run), "--run-id", "the-run",
+        [sys.executable, "-m", "pipelines.commands.cli", "ingest", str(big_run), "--run-id", "the-run",
          "--warehouse", str(warehouse), "--quiet"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
@@ -513,7 +513,7 @@ def test_reingest_is_identical_and_two_ingests_at_once_are_safe(tmp_path):
     wirespeed("ingest", str(runs["run0"]), "--warehouse", str(warehouse), "--quiet")  # the warehouse exists first
     first = _table_rows(warehouse, "run0")
     both = [
-        subprocess.Popen([sys.executable, "-m", "pipelines.cli", "ingest", str(path), "--warehouse", str(warehouse), "--quiet"],
+        subprocess.Popen([sys.executable, "-m", "pipelines.commands.cli", "ingest", str(path), "--warehouse", str(warehouse), "--quiet"],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for path in runs.values()
     ]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import TRACES, ingest_directly
 from pipelines import checks
-from pipelines.materialize import ingest_paths
+from pipelines.commands.ingest import ingest_paths
 from pipelines.report import report_run
 from pipelines.settings import Settings
 from pipelines.warehouse import rollups

@@ -264,7 +264,7 @@ def run_job(job: str, link_mbit: float, landing: Path, steps: int = 8, run_id: s
         children = []
         for host in cluster.hosts:
             argv = [
-                sys.executable, "-m", "pipelines.cli", "collect", "--landing", str(landing), "--run-id", run_id,
+                sys.executable, "-m", "pipelines.commands.cli", "collect", "--landing", str(landing), "--run-id", run_id,
                 "--nnodes", str(hosts), "--link-gbps", f"{link_mbit / 1000:g}", "--job", job, "--",
                 sys.executable, "-m", "collectors.jobs", "--job", job, "--nnodes", str(hosts), "--node-rank", str(host.index),
                 "--nproc-per-node", str(ranks_per_host), "--master-addr", master, "--master-port", str(JOB_PORT), "--steps", str(steps),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
-from pipelines.query import text_table
+from pipelines.commands.query import text_table
 from pipelines.settings import Settings
 from pipelines.warehouse import sql
 from pipelines.warehouse.store import Warehouse

@@ -26,8 +26,8 @@ from tqdm import tqdm
 
 from collectors import rundir
 from collectors.launch import collect, new_run_id
+from pipelines.commands.ingest import ingest_paths
 from pipelines.testbed import cluster
-from pipelines.materialize import ingest_paths
 
 DEMO_TRACE = "nccl_data.json.gz"
 CLUSTER_LINK_MBIT = 1000

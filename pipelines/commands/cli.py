@@ -24,7 +24,7 @@ import sys
 import threading
 from pathlib import Path
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def warehouse_dir(value: str | None) -> Path:
@@ -66,7 +66,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from pipelines.materialize import ingest_paths
+    from pipelines.commands.ingest import ingest_paths
 
     if args.run_id and len(args.paths) != 1:
         raise SystemExit("--run-id names one run: give exactly one PATH with it")
@@ -90,7 +90,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from pipelines.query import print_query
+    from pipelines.commands.query import print_query
 
     print_query(warehouse_dir(args.warehouse), args.query, args.format, sys.stdout, args.runs)
     return 0
@@ -117,7 +117,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from pipelines import settings
-    from pipelines.compare import compare, print_comparison
+    from pipelines.commands.compare import compare, print_comparison
     from pipelines.warehouse.store import Warehouse
 
     store = Warehouse(warehouse_dir(args.warehouse))
@@ -127,14 +127,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:
-    from pipelines.whatif_command import print_rows, whatif_rows
+    from pipelines.commands.whatif import print_rows, whatif_rows
 
     print_rows(whatif_rows(args, warehouse_dir(args.warehouse)), args.format, sys.stdout)
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from pipelines.demo import run_demo
+    from pipelines.commands.demo import run_demo
 
     where = "cluster" if args.cluster else "single-host" if args.single_host else "auto"
     return run_demo(warehouse_dir(args.warehouse), _landing_dir(args.landing), EXAMPLES, where)
