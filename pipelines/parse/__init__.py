@@ -1,1 +1,2 @@
-"""The parse stage: a run's raw inputs into its parse tables, and what it skipped or doubted."""
+"""The parse stage: a run's raw inputs into its parse tables, and what the readers skipped or doubted
+into `parse_issues`."""

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines.parse.issues import ParseIssue
 from pipelines.read import fr_dumps
+from pipelines.read.issues import ParseIssue
 from pipelines.read.kineto import normalize
 from pipelines.read.kineto.fields import MAX_PLAUSIBLE_DUR_NS
 from pipelines.read.kineto.splitter import CannotCut, NotATrace

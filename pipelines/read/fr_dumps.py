@@ -19,8 +19,8 @@ from pathlib import Path
 import orjson
 
 from collectors import fr_format as fr
-from pipelines.parse.issues import ParseIssue
 from pipelines.read import plain_pickle
+from pipelines.read.issues import ParseIssue
 
 # What an entry must have to be matched across ranks, and its type.
 REQUIRED = {

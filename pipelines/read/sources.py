@@ -33,7 +33,7 @@ from pathlib import Path
 from collectors import fr_format
 from collectors import manifest as collector_manifest
 from collectors import rundir
-from pipelines.parse.issues import ParseIssue
+from pipelines.read.issues import ParseIssue
 
 MANIFEST = rundir.MANIFEST
 DONE_MARKER = rundir.DONE

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import orjson
 
-from pipelines.parse.issues import ParseIssue
+from pipelines.read.issues import ParseIssue
 from pipelines.read.kineto.splitter import DEFAULT_CHUNK_BYTES, NotATrace, _Reader, open_trace
 
 # A value still incomplete after this many characters is not going to complete.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines.parse.issues import ParseIssue
+from pipelines.read.issues import ParseIssue
 from pipelines.read.kineto.exact import exact_trace
 from pipelines.warehouse import sql
 from pipelines.read.kineto.fields import (

@@ -39,7 +39,7 @@ from typing import BinaryIO
 import orjson
 from isal import isal_zlib
 
-from pipelines.parse.issues import ParseIssue
+from pipelines.read.issues import ParseIssue
 
 READ_BYTES = 8 << 20
 # Small enough that a file's chunks keep every core busy, large enough that there are few files.

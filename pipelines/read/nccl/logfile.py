@@ -32,7 +32,7 @@ from pathlib import Path
 import orjson
 import polars as pl
 
-from pipelines.parse.issues import ParseIssue
+from pipelines.read.issues import ParseIssue
 from pipelines.read.nccl import calls, grammar, lines
 
 RING_ORDER = re.compile(r"^(?:Channel|Ring) \d+(?:/\d+)? :(?:\s+\d+)+$")
