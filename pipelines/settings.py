@@ -99,9 +99,9 @@ class Settings:
     comm_patterns: tuple[str, ...] = BUILTIN_COMM_PATTERNS
     threads: int = max(1, os.cpu_count() or 1)
     # What DuckDB may hold in memory during an ingest; the rest spills to the temporary folder. With
-    # the interpreter, libraries and the analysis's Python steps (which DuckDB makes room for, see
-    # pipelines/analysis/tables.py), an ingest stays under 1 GB (docs/performance.md): the analysis of ten
-    # million device events peaked at 0.98 GB, and at 1.01-1.02 GB with 640 MB.
+    # the interpreter, libraries and the analysis's Python steps (which DuckDB makes room for:
+    # pipelines/analysis/tables.py), an ingest stays under 1 GB (docs/performance.md): the analysis
+    # of ten million device events peaked at 0.98 GB, and at 1.01-1.02 GB with 640 MB.
     memory_mb: int = 600
     shard_mb: int = 1024
     reduce_cost: tuple[tuple[int, float], ...] = whatif.DEFAULT_REDUCE_COST
