@@ -17,14 +17,14 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from pipelines.commands.cli import warehouse_dir
 from pipelines.commands.query import tables_named
+from pipelines.folders import warehouse_dir
 from pipelines.warehouse.store import ROLLUP_TABLES, SCHEMA_DIR, TABLES, Warehouse
 
 
 def open_warehouse(path: str | Path | None = None) -> OpenWarehouse:
     """The warehouse at `path` (default as the CLI's `--warehouse`: $WIRESPEED_HOME or ./warehouse)."""
-    store = Warehouse(warehouse_dir(None if path is None else str(path)))
+    store = Warehouse(warehouse_dir(path))
     if not (store.runs_dir / SCHEMA_DIR).is_dir():
         raise FileNotFoundError(f"no warehouse at {store.root} (`wirespeed ingest` makes one)")
     return OpenWarehouse(store)

@@ -8,13 +8,13 @@ once for all of them, then each report is written from them.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import uuid
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipelines import settings, stages
+from pipelines.folders import landing_dir
 from pipelines.warehouse import rollups
 from pipelines.warehouse.store import Warehouse
 
@@ -28,11 +28,6 @@ class StagesRun:
     verdicts: list = field(default_factory=list)  # the checks' verdicts, where the stages ran here
     warnings: list[str] = field(default_factory=list)
     outcomes: list[stages.StageOutcome] = field(default_factory=list)  # the parse's and the analysis', where they ran here
-
-
-def landing_dir() -> Path:
-    """Where runs without a registered source are found: $WIRESPEED_LANDING, else ./landing."""
-    return Path(os.environ.get("WIRESPEED_LANDING", "landing"))
 
 
 def failed(problem: Exception) -> StagesRun:

@@ -24,16 +24,9 @@ import sys
 import threading
 from pathlib import Path
 
+from pipelines.folders import landing_dir, warehouse_dir
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def warehouse_dir(value: str | None) -> Path:
-    """The warehouse folder: `value`, else $WIRESPEED_HOME, else ./warehouse."""
-    return Path(value or os.environ.get("WIRESPEED_HOME") or "warehouse")
-
-
-def _landing_dir(value: str | None) -> Path:
-    return Path(value or os.environ.get("WIRESPEED_LANDING") or "landing")
 
 
 def _tags(values: list[str]) -> dict[str, str]:
@@ -57,7 +50,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     if args.job:
         tags["job"] = args.job
     run_dir, exit_code = collect(
-        _landing_dir(args.landing), command, args.run_id, args.link_gbps, tags, args.intra_link_gbps, args.sample_interval_ms,
+        landing_dir(args.landing), command, args.run_id, args.link_gbps, tags, args.intra_link_gbps, args.sample_interval_ms,
         args.nnodes, traces=args.traces,
     )
     missing = "" if rundir.has_traces(run_dir) else "; no traces: pass --traces DIR, or use Capture"
@@ -137,7 +130,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from pipelines.commands.demo import run_demo
 
     where = "cluster" if args.cluster else "single-host" if args.single_host else "auto"
-    return run_demo(warehouse_dir(args.warehouse), _landing_dir(args.landing), EXAMPLES, where)
+    return run_demo(warehouse_dir(args.warehouse), landing_dir(args.landing), EXAMPLES, where)
 
 
 def cmd_scale_demo(args: argparse.Namespace) -> int:

@@ -20,7 +20,8 @@ from tqdm import tqdm
 
 from pipelines import settings
 from pipelines.read.sources import discover, run_id_for
-from pipelines.stage_runner import Directly, StagesRun, landing_dir
+from pipelines.folders import landing_dir
+from pipelines.stage_runner import Directly, StagesRun
 from pipelines.warehouse import rollups, sql
 from pipelines.warehouse.store import Warehouse, check_run_id
 

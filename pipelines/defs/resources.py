@@ -1,11 +1,11 @@
 """Resources: where the warehouse and the landing folder are, and how ingest reports progress."""
 
-import os
 from pathlib import Path
 
 import dagster as dg
 
 from pipelines import settings
+from pipelines.folders import landing_dir, warehouse_dir
 from pipelines.warehouse.store import Warehouse
 
 
@@ -36,10 +36,7 @@ class IngestProgress:
 
 
 def default_warehouse() -> WarehouseResource:
-    return WarehouseResource(
-        root=os.environ.get("WIRESPEED_HOME", "warehouse"),
-        landing=os.environ.get("WIRESPEED_LANDING", "landing"),
-    )
+    return WarehouseResource(root=str(warehouse_dir()), landing=str(landing_dir()))
 
 
 @dg.definitions
