@@ -308,6 +308,23 @@ def test_a_gloo_transfer_keeps_on_any_link_what_it_took_beyond_its_bits_where_it
     assert (slower - own, faster - own) == pytest.approx((26, -13), abs=0.01)
 
 
+def test_no_latency_is_longer_than_what_a_transfer_took_beyond_its_bits(tmp_path):
+    """Worked by hand. Two hosts of one gloo rank, 1 Gbit/s, CPUs half busy (the protocol's rule):
+    a 1.25 MB all-reduce in 10 ms, its bits' time at the line rate, then one of 0.625 MB in 9 ms.
+    The line through them has an intercept of 8 ms, which the first cannot hold: it is all
+    transfer, and the second keeps 4 ms, all it took beyond its 5 ms of bits. Taken whole, the
+    intercept left the first 2 ms to scale: at 0.5 Gbit/s its step grew 3 ms, where it grows 15."""
+    ranks = [GlooRank(rank, f"host-{rank}", (1, 0, 45_500), [(200, 10_000), (34_000, 5_000)],
+                      [GlooCall("1", 12_200, 10_000, 312_500), GlooCall("1", 25_000, 9_000, 156_250)], pid=100 + rank)
+             for rank in range(2)]
+    store = half_busy_run(write_gloo_run(tmp_path / "run", ranks, 2, {"1": [0, 1]}))
+    split = table_rows(store, "SELECT DISTINCT bytes, transfer_ns, rest_ns FROM whatif_inputs ORDER BY bytes DESC")
+    assert split == [{"bytes": 1_250_000, "transfer_ns": 10 * MS, "rest_ns": 0},
+                     {"bytes": 625_000, "transfer_ns": 5 * MS, "rest_ns": 4 * MS}]
+    own, slower, faster = (predicted(store, "r", gbps, ranks=2)["step_ms"] for gbps in (1.0, 0.5, 2.0))
+    assert (slower - own, faster - own) == pytest.approx((15, -7.5), abs=0.01)
+
+
 def test_nccl_keeps_what_a_transfer_took_beyond_its_bits_as_the_protocols(tmp_path):
     """The same mesh on GPUs: tp all-reduces of 1.25 MB in 2 ms within each host, a 1.25 MB dp
     all-reduce in 13 ms between them, CPUs half busy. NCCL's intra-host path (NVLink, shared memory)
