@@ -240,8 +240,8 @@ def _publish(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> int:
 PARALLEL_BUILD_MAX_EVENTS = 5_000_000
 # A Python step's arrays lie outside DuckDB's memory limit. While one runs, DuckDB keeps this share
 # of `[resources] memory_mb` free for them, so that the two together stay within the limit: beside
-# the replay or the sweep, ten million device events peaked at 1.02-1.04 GB with DuckDB at its whole
-# limit, and at 0.84-0.86 GB with this share lent (docs/performance.md).
+# the replay or the sweep, ten million device events peaked at 1.04-1.06 GB with DuckDB at its whole
+# limit, and at 0.86-0.88 GB with this share lent (docs/performance.md).
 PYTHON_STEP_SHARE = 0.3
 
 
