@@ -184,3 +184,9 @@ CREATE OR REPLACE MACRO stack_brief(stack, n) AS
 -- 200 Mbit/s whose machine other work kept 90-97 % busy kept 11 % of its transfers as the CPU's,
 -- and its step at 1 Gbit/s came out 61 % long; the fsdp x tp runs the rule is for were 100 % busy.
 CREATE OR REPLACE MACRO cpu_saturated_share() AS 0.97;
+
+
+-- The least part of the line rate a protocol reaches where the host reaches more (whatif_inputs):
+-- an op whose transfers carried less than this share of the most the host's link carried for any
+-- op was bound by its latency, not by its protocol's rate, and what it lost stays the host's.
+CREATE OR REPLACE MACRO protocol_least_efficiency() AS 0.5;

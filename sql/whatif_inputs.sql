@@ -4,36 +4,32 @@
 -- moves only what a different link would move: each collective's duration, and the waits that
 -- ended when it completed. A collective (matched across ranks, `collective_sync`) begins when its
 -- last rank arrives (`begin_ns`) and ends at `collective_end_ns`. Its time is told apart into what
--- a faster link shortens in proportion (`transfer_ns`) and what it does not (`rest_ns`), per
--- link (`channel`): the ranks of one host share its network link, as `runs.link_gbps` is a
--- NIC's, unless their NCCL logs put them on NICs of their own (`collectives.nics`: a host with a
--- NIC per GPU); within a host each rank has its own. Collectives whose begin-to-end spans overlap on one
--- link form a busy period. They shared the link, so each takes the part of the period's length
--- that its bits, 8 S f, are of the period's bits (the least such part it has on any of its links;
--- equal parts where a size is unknown; f is the bus-bandwidth factor of its op and group size, the
--- share of S each rank sends). An equal part each, whatever its size, made a 2 KB bucket as long
--- as the 1 MB buckets beside it, and the line through them mostly latency; a link per rank where
--- two ranks of a host send at once left a pipeline's transfers to the next stage, which overlap
--- more at a slower rate, 20 % short there. Where the link's rate is known and the host's CPUs were
--- saturated during the period (at least `cpu_saturated_share()` busy, or not sampled), the part of
--- a period that a faster link shortens is what the link carried in it at that rate (the period's
--- bits over the rate, at most the whole period); each share splits in that proportion, and the
--- rest, the CPU's, stays. Where the CPUs had time to spare (the rest is then the protocol's, which
--- a faster link speeds up too), or the rate is unknown, the part no link shortens is the latency of its op on its link: the
--- intercept of a least-squares line of share against the bits each rank sends over the run's
--- collectives of that op and link (0 when they all have one size), at most what the period took
--- beyond its bits at the rate where that is known (a noisy line once kept 15 ms of buckets whose
--- bits filled their period, and the step at 5x the rate came out +49 %); but for gloo, where the host's
--- ranks also talk among themselves, all that the period took beyond its bits at the rate: those
--- ranks' own transfers run through the host's TCP stack on the same CPUs as the network's, and
--- what the network's take beyond the wire is the host's, which no NIC speeds up (NCCL's take
--- other paths within a host than between hosts, so it keeps the latency line). That latency is
--- also all that
--- stays at full line rate (`latency_ns`). The intercept needs no line rate, so the split holds on
--- a link of unknown rate too. `wire_ns` = 8 S f / link_gbps is the transfer at the run's
--- full line rate. The rest of the share is transfer. How long a rank waited for a late rank is in
--- neither: the replay finds it again from when the ranks arrive. A collective of unknown size is
--- all rest (the replay cannot scale it).
+-- a faster link shortens in proportion (`transfer_ns`) and what it does not (`rest_ns`), per link
+-- (`channel`): the ranks of one host share its network link, as `runs.link_gbps` is a NIC's,
+-- unless their NCCL logs put them on NICs of their own (`collectives.nics`); within a host each
+-- rank has its own. Collectives whose begin-to-end spans overlap on one link form a busy period;
+-- each takes the part of the period that its bits, 8 S f, are of the period's (the least such part
+-- on any of its links; equal parts where a size is unknown; f is the bus-bandwidth factor of its op
+-- and group size). An equal part each made a 2 KB bucket as long as the 1 MB buckets beside it.
+-- w, the period's bits at the line rate over its length, is the part of it the link needed. What a
+-- share took beyond its part w stays (`rest_ns`), by the first rule that applies:
+--   1. the CPU's, all of it, where the rate is known and the host's CPUs were saturated (at least
+--      `cpu_saturated_share()` busy, or not sampled);
+--   2. the host's, for gloo on a host whose ranks also talk among themselves (their transfers load
+--      the same TCP stack and CPUs, which no NIC speeds up): what its bits took beyond the line
+--      rate at the most the host's link carried for any op. An op that carried less (its periods'
+--      w over the best op's, its efficiency, at least `protocol_least_efficiency()`) lost the
+--      difference to its protocol, which a faster link shortens (kept whole, fsdp x tp's
+--      all-gathers at 80 % of 200 Mbit/s beside all-reduces at 100 % put its step at 1 Gbit/s
+--      +20 %); at least rule 3's latency;
+--   3. else the latency of its op on its link: the intercept of a least-squares line of share
+--      against bits over the run's collectives of that op and link (0 when all have one size), at
+--      most what the period took beyond its bits where the rate is known (a noisy line once kept
+--      15 ms of buckets that filled their period: +49 % at 5x the rate). NCCL keeps this rule on
+--      any host: its bytes take another path within a host than between hosts.
+-- That latency is all that stays at full line rate (`latency_ns`). `wire_ns` = 8 S f / link_gbps.
+-- Waiting for a late rank is in neither part: the replay finds it again from when the ranks
+-- arrive. A collective of unknown size is all rest (the replay cannot scale it).
 --
 -- What waited for a collective: where a rank's instance ends inside a wait (exposed stretches of
 -- `step_timeline`, those less than 1 ms apart joined into one), the rank was waiting for it:
@@ -71,7 +67,8 @@
 --   rest_ns BIGINT  The part no faster link shortens: where the line rate is known and the host's
 --       CPUs were saturated, what the busy period took beyond what the host's link carried at that
 --       rate (the CPU's part); else the latency of its op on its link or, for gloo on a host whose
---       ranks also talk among themselves, all it took beyond its bits at the line rate.
+--       ranks also talk among themselves, what its bits took beyond the line rate at the most the
+--       host's link carried for any op (see above).
 --   latency_ns BIGINT  The part not even the full line rate removes: the latency of its op on its
 --       link (the least-squares intercept), at most `rest_ns`; `rest_ns` less the transport's
 --       inefficiency, which the full line rate removes (transfers = 'line rate').
@@ -161,24 +158,38 @@ talking_hosts AS (
   -- Hosts whose gloo ranks also talk among themselves (collectives within the host, over loopback).
   SELECT DISTINCT host FROM wired WHERE link = 'intra' AND timeline = 'cpu' AND bits > 0
 ),
+filled AS (
+  -- The period's bits at the line rate, as a share of the period; NULL where the rate is unknown.
+  SELECT *, CASE WHEN link_gbps > 0 THEN period_bits / link_gbps / period_ns END AS wire_fraction
+  FROM (SELECT *, greatest(period_end_ns - period_start_ns, 1) AS period_ns FROM shared)
+),
+op_efficiency AS (
+  -- How much of its line rate a host's link carried for each op, over the periods that held it
+  -- (their bits at the rate over their length), as a part of the most it carried for any op: the
+  -- host reached that most, so an op that carried less lost the difference to its protocol.
+  SELECT channel, link, op, op_fraction / max(op_fraction) OVER (PARTITION BY channel, link) AS efficiency
+  FROM (
+    SELECT channel, link, op, sum(wire_fraction * period_ns) / sum(period_ns) AS op_fraction
+    FROM (SELECT DISTINCT channel, link, period, op, wire_fraction, period_ns FROM filled WHERE wire_fraction > 0)
+    GROUP BY channel, link, op
+  )
+),
 linked AS (
   -- The share of a period the link itself needed at its line rate, where the rest was the CPU's:
   -- its rate is known and the host's CPUs were not free (saturated, or not sampled). Where they had
   -- time to spare, what the period took beyond the link's bits is the protocol using the link
   -- badly, which a faster link speeds up too (NULL: the latency line below decides), except on a
-  -- host whose gloo ranks also talk among themselves: there it is the host's (`host_fraction`).
+  -- host whose gloo ranks also talk among themselves: there the host's (`host_fraction`) is what
+  -- its bits took beyond the line rate at the most any op carried on the link.
   SELECT s.*,
     CASE WHEN s.wire_fraction > 0 AND coalesce(c.cpu_busy, 1) >= cpu_saturated_share()
       THEN least(1.0, s.wire_fraction) END AS link_fraction,
     CASE WHEN s.wire_fraction > 0 AND s.link = 'network' AND s.timeline = 'cpu' AND h.host IS NOT NULL
-      THEN greatest(1.0 - s.wire_fraction, 0) END AS host_fraction
-  FROM (
-    -- The period's bits at the line rate, as a share of the period; NULL where the rate is unknown.
-    SELECT *, CASE WHEN link_gbps > 0 THEN period_bits / link_gbps / period_ns END AS wire_fraction
-    FROM (SELECT *, greatest(period_end_ns - period_start_ns, 1) AS period_ns FROM shared)
-  ) AS s
+      THEN greatest(1.0 - s.wire_fraction / greatest(e.efficiency, protocol_least_efficiency()), 0) END AS host_fraction
+  FROM filled AS s
   LEFT JOIN host_cpu AS c USING (channel, link, period)
   LEFT JOIN talking_hosts AS h ON h.host = s.host
+  LEFT JOIN op_efficiency AS e USING (channel, link, op)
 ),
 collective_shares AS (
   SELECT collective_key, any_value(op) AS op, any_value(link) AS link, any_value(bits) AS bits,

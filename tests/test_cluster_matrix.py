@@ -34,11 +34,10 @@ MATRIX = {
 }
 MATRIX_REPEATS = 2
 # Each prediction within this of the step measured at the other rate. The aim is 10 % in the median
-# and none beyond 20 %; on this shared 2-core machine, with four ranks on its two cores, rounds gave
-# -10 to +20 % with the link model of docs/whatif.md (one +49 %, before the latency's cap: +26 %),
-# and dp x tp from 1 Gbit/s +25 % in several before its dp all-reduces' extra was kept as the
-# hosts'. The bound catches the model's own failures: equal parts of busy periods gave +165 %,
-# every collective's extra kept fixed +46 to +108 %.
+# and none beyond 20 %; on this shared 2-core machine, with four ranks on its two cores, the link
+# model of docs/whatif.md gave -8 to +8 % over three rounds, and a round moves a prediction by up
+# to 13 points (one ddp-buckets +26 %). The bound catches the model's own failures: equal parts of
+# busy periods gave +165 %, every collective's extra kept fixed +46 to +108 %, dp x tp's scaled +25 %.
 TOLERANCE = 0.30
 
 

@@ -308,6 +308,38 @@ def test_a_gloo_transfer_keeps_on_any_link_what_it_took_beyond_its_bits_where_it
     assert (slower - own, faster - own) == pytest.approx((26, -13), abs=0.01)
 
 
+def test_where_the_host_filled_its_link_an_op_that_did_not_lost_the_difference_to_its_protocol(tmp_path):
+    """Worked by hand. The hosts above (their tp groups talk over loopback, 1 Gbit/s, CPUs half
+    busy); between them ranks 0 and 2 all-reduce 1.25 MB in 10 ms, its bits' time at the line rate,
+    then all-gather 1.25 MB each (10 Mbit sent each) in 12.5 ms: 80 % of the most the host's link
+    carried. The host reached the line rate, so the 2.5 ms are the all-gather's protocol and scale.
+    Then they broadcast 50 KB in 1 ms, 40 % of the line rate: no protocol loses more than half
+    (`protocol_least_efficiency()`), so that is bound by its latency, and of the 0.6 ms beyond
+    its bits the host keeps 0.2. At 0.5 Gbit/s every step grows 10 + 12.5 + 0.8 ms, at 2 Gbit/s it
+    shrinks 5 + 6.25 + 0.4. Kept as the host's (all an op took beyond its bits), the all-gather's
+    2.5 ms gave +20 and -10 ms there, and an fsdp x tp step at 1 Gbit/s from 200 Mbit/s came out
+    +20 %."""
+    ranks = []
+    for rank in range(4):
+        tp, crosses, late = "3" if rank < 2 else "4", rank % 2 == 0, 50 * (rank // 2)
+        calls = [GlooCall(tp, 10_200, 2_000, 312_500)]
+        compute = [(200, 10_000), (38_000 + late, 5_000)]
+        if crosses:
+            calls += [GlooCall("1", 12_200, 10_000, 312_500), GlooCall("1", 22_300, 12_500, 312_500, "allgather"),
+                      GlooCall("1", 34_850, 1_000, 12_500, "broadcast"), GlooCall(tp, 35_900, 2_000 + late, 312_500)]
+        else:
+            calls += [GlooCall(tp, 14_200, 23_700 + late, 312_500)]
+            compute.append((12_200, 2_000))
+        ranks.append(GlooRank(rank, f"host-{rank // 2}", (1, 0, 45_500), compute, calls, pid=100 + rank))
+    store = half_busy_run(write_gloo_run(tmp_path / "run", ranks, 4, {"1": [0, 2], "2": [1, 3], "3": [0, 1], "4": [2, 3]}))
+    network = table_rows(store, "SELECT DISTINCT op, wire_ns, transfer_ns, rest_ns FROM whatif_inputs WHERE scope = 'inter' ORDER BY op")
+    assert network == [{"op": "allgather", "wire_ns": 10 * MS, "transfer_ns": 12.5 * MS, "rest_ns": 0},
+                       {"op": "allreduce", "wire_ns": 10 * MS, "transfer_ns": 10 * MS, "rest_ns": 0},
+                       {"op": "broadcast", "wire_ns": 0.4 * MS, "transfer_ns": 0.8 * MS, "rest_ns": 0.2 * MS}]
+    own, slower, faster = (predicted(store, "r", gbps, ranks=4)["step_ms"] for gbps in (1.0, 0.5, 2.0))
+    assert (slower - own, faster - own) == pytest.approx((23.3, -11.65), abs=0.01)
+
+
 def test_no_latency_is_longer_than_what_a_transfer_took_beyond_its_bits(tmp_path):
     """Worked by hand. Two hosts of one gloo rank, 1 Gbit/s, CPUs half busy (the protocol's rule):
     a 1.25 MB all-reduce in 10 ms, its bits' time at the line rate, then one of 0.625 MB in 9 ms.
