@@ -17,6 +17,7 @@ raw too.
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -33,12 +34,14 @@ MATRIX = {
     "ep": (1, {"ep": "inter"}),
 }
 MATRIX_REPEATS = 2
-# Each prediction within this of the step measured at the other rate. The aim is 10 % in the median
-# and none beyond 20 %; on this shared 2-core machine, with four ranks on its two cores, the link
-# model of docs/whatif.md gave -8 to +8 % over three rounds, and a round moves a prediction by up
-# to 13 points (one ddp-buckets +26 %). The bound catches the model's own failures: equal parts of
-# busy periods gave +165 %, every collective's extra kept fixed +46 to +108 %, dp x tp's scaled +25 %.
-TOLERANCE = 0.30
+# Each prediction, the median over pairs of a slow and a fast run, within this of the step measured
+# at the other rate. The aim is 10 % and no pair beyond 20 %; on this shared 2-core machine, with
+# four ranks on its two cores, the link model of docs/whatif.md gave -8 to +8 % over four rounds of
+# one pair each, and a round moves a prediction by up to 13 points (one ddp-buckets +26 %, one
+# dp x tp pair +28 %). The bound catches the model's own failures: equal parts of busy periods gave
+# +165 %, every collective's extra kept fixed +46 to +108 %, dp x tp's scaled +25 %. The worst
+# median over four pairs seen was +17 %.
+TOLERANCE = 0.25
 
 
 def replayed(store: Warehouse, run_id: str, gbps: float, ranks: int) -> dict:
@@ -86,22 +89,35 @@ def test_each_dimension_on_its_link_and_the_other_rate_predicted(cluster_runs, s
         if intra is not None:
             print(f"{job} {name}: collectives within a host (loopback, unshaped) reached {intra:.1f} Gbit/s of bus bandwidth")
 
-    # The other rate's step, both ways; a faster link never slows a run, a slower one never speeds it.
-    own = {name: replayed(store, runs[name], gbps, ranks) for name, gbps in (("slow", cost.slow_mbit / 1000), ("fast", cost.fast_mbit / 1000))}
-    errors = {}
-    for name, other, run in (("slow", "fast", fast), ("fast", "slow", slow)):
-        row = replayed(store, runs[name], own[other]["bandwidth_gbps"], ranks)
-        measured_ms = run.median_step_ns / 1e6
-        held = row["step_ms"] - row["compute_ms"] + own[other]["compute_ms"]
-        errors[f"{name} at {other}"] = held / measured_ms - 1
-        print(f"{job}: {name} run replayed at {row['bandwidth_gbps']:g} Gbit/s: {row['step_ms']:.0f} ms "
-              f"({row['step_ms'] / measured_ms - 1:+.1%} raw), {held:.0f} ms with the other run's compute; measured "
-              f"{measured_ms:.0f} ms ({errors[f'{name} at {other}']:+.1%}); by dimension {row['exposed_ms_by_dimension']}")
-        if name == "slow":
-            assert row["step_ms"] <= own["slow"]["step_ms"]
-        else:
-            assert row["step_ms"] >= own["fast"]["step_ms"]
-    assert all(abs(e) <= TOLERANCE for e in errors.values()), errors
+    # The other rate's step, both ways, for every pair of a slow and a fast run, judged in the
+    # median over pairs (one quick run at 1 Gbit/s, 120 ms where the other took 132, put one pair
+    # +28 %);
+    # a faster link never slows a run, a slower one never speeds it.
+    ids = {slow.run_dir: runs["slow"], fast.run_dir: runs["fast"]}
+    for run in cost.runs:
+        if run.run_dir not in ids:
+            ids[run.run_dir] = ingest_directly(store, run.run_dir)
+    rate = {p.slow.run_dir: cost.slow_mbit / 1000 for p in cost.pairs} | {p.fast.run_dir: cost.fast_mbit / 1000 for p in cost.pairs}
+    own = {d: replayed(store, ids[d], rate[d], ranks) for d in ids}
+    errors = {"slow at fast": [], "fast at slow": []}
+    for pair_name, sources, targets in (("slow at fast", [p.slow for p in cost.pairs], [p.fast for p in cost.pairs]),
+                                        ("fast at slow", [p.fast for p in cost.pairs], [p.slow for p in cost.pairs])):
+        for source in sources:
+            for target in targets:
+                row = replayed(store, ids[source.run_dir], rate[target.run_dir], ranks)
+                measured_ms = target.median_step_ns / 1e6
+                held = row["step_ms"] - row["compute_ms"] + own[target.run_dir]["compute_ms"]
+                errors[pair_name].append(held / measured_ms - 1)
+                print(f"{job}: {source.run_dir.name} replayed at {row['bandwidth_gbps']:g} Gbit/s: {row['step_ms']:.0f} ms "
+                      f"({row['step_ms'] / measured_ms - 1:+.1%} raw), {held:.0f} ms with {target.run_dir.name}'s compute; "
+                      f"measured {measured_ms:.0f} ms ({errors[pair_name][-1]:+.1%}); by dimension {row['exposed_ms_by_dimension']}")
+                if pair_name == "slow at fast":
+                    assert row["step_ms"] <= own[source.run_dir]["step_ms"]
+                else:
+                    assert row["step_ms"] >= own[source.run_dir]["step_ms"]
+    medians = {name: statistics.median(values) for name, values in errors.items()}
+    print(f"{job}: median over pairs: " + ", ".join(f"{name} {m:+.1%}" for name, m in medians.items()))
+    assert all(abs(m) <= TOLERANCE for m in medians.values()), errors
 
     # "At full line rate" is never below "now".
     con = store.connect()
