@@ -573,11 +573,13 @@ def test_a_plain_jobs_skipped_collective_is_named_from_the_dumps_collect_arms(pl
 
 def test_a_plain_jobs_rank_that_leaves_early_is_named_though_it_dumped_first(plain_job, landing, warehouse):
     """Rank 2 returns at step 2 and its process exits, dumping, before the others enter the
-    all-reduce it left them in; they fail at once (the connection closed) or at the timeout."""
+    all-reduce it left them in; they fail at once (the connection closed) or at the timeout, or
+    `mp.spawn`, seeing a rank fail, ends the rest with SIGTERM first, and they dump then."""
     done = collect_plain(landing, "plain-leave", plain(plain_job, "spawn", "leave", 3), plain_job)
     assert done.returncode != 0
     sections = dump_sections(landing / "plain-leave")
-    assert {r: s["reason"] for r, s in sections.items()} == {0: "exit", 1: "exit", 2: "exit"}
+    reasons = {r: s["reason"] for r, s in sections.items()}
+    assert reasons.pop(2) == "exit" and reasons.keys() == {0, 1} and set(reasons.values()) <= {"exit", "SIGTERM"}, sections
     line = ingested(landing / "plain-leave", warehouse)
     (row,) = sql_json(warehouse, "SELECT * FROM fr_mismatches WHERE run_id = 'plain-leave'")
     assert (row["problem"], row["seq_id"], json.loads(row["missing_ranks"])) == ("rank missing", PLAIN_HUNG_SEQ, [2])
