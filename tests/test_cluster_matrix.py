@@ -91,8 +91,7 @@ def test_each_dimension_on_its_link_and_the_other_rate_predicted(cluster_runs, s
 
     # The other rate's step, both ways, for every pair of a slow and a fast run, judged in the
     # median over pairs (one quick run at 1 Gbit/s, 120 ms where the other took 132, put one pair
-    # +28 %);
-    # a faster link never slows a run, a slower one never speeds it.
+    # +28 %); a faster link never slows a run, a slower one never speeds it.
     ids = {slow.run_dir: runs["slow"], fast.run_dir: runs["fast"]}
     for run in cost.runs:
         if run.run_dir not in ids:
