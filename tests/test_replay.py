@@ -281,18 +281,7 @@ def test_a_gloo_transfer_keeps_on_any_link_what_it_took_beyond_its_bits_where_it
     also carry their ranks' own transfers, and stay on any link: at 0.5 Gbit/s it takes 46 ms and
     every step grows 20 ms, at 2 Gbit/s 16 ms, 10 ms shorter. All 6 ms the protocol's (what CPUs
     with time to spare say where a host's ranks do not talk among themselves) gave +26 and -13 ms."""
-    ranks = []
-    for rank in range(4):
-        tp, crosses, late = "3" if rank < 2 else "4", rank % 2 == 0, 50 * (rank // 2)  # the hosts' groups end apart
-        calls = [GlooCall(tp, 10_200, 2_000, 312_500)]
-        compute = [(200, 10_000), (40_300 + late, 5_000)]
-        if crosses:
-            calls += [GlooCall("1", 12_200, 26_000, 625_000), GlooCall(tp, 38_300, 2_000 + late, 312_500)]
-        else:
-            calls += [GlooCall(tp, 14_200, 26_100 + late, 312_500)]
-            compute.append((12_200, 2_000))
-        ranks.append(GlooRank(rank, f"host-{rank // 2}", (1, 0, 45_500), compute, calls, pid=100 + rank))
-    store = half_busy_run(write_gloo_run(tmp_path / "run", ranks, 4, {"1": [0, 2], "2": [1, 3], "3": [0, 1], "4": [2, 3]}))
+    store = talking_hosts_run(tmp_path / "run", [GlooCall("1", 12_200, 26_000, 625_000)], 38_300)
     network = table_rows(store, "SELECT DISTINCT pg, scope, transfer_ns, rest_ns FROM whatif_inputs WHERE scope = 'inter'")
     assert network == [{"pg": "1", "scope": "inter", "transfer_ns": 20 * MS, "rest_ns": 6 * MS}]
     own, slower, faster = (predicted(store, "r", gbps, ranks=4)["step_ms"] for gbps in (1.0, 0.5, 2.0))
@@ -319,19 +308,9 @@ def test_where_the_host_filled_its_link_an_op_that_did_not_lost_the_difference_t
     shrinks 5 + 6.25 + 0.4. Kept as the host's (all an op took beyond its bits), the all-gather's
     2.5 ms gave +20 and -10 ms there, and an fsdp x tp step at 1 Gbit/s from 200 Mbit/s came out
     +20 %."""
-    ranks = []
-    for rank in range(4):
-        tp, crosses, late = "3" if rank < 2 else "4", rank % 2 == 0, 50 * (rank // 2)
-        calls = [GlooCall(tp, 10_200, 2_000, 312_500)]
-        compute = [(200, 10_000), (38_000 + late, 5_000)]
-        if crosses:
-            calls += [GlooCall("1", 12_200, 10_000, 312_500), GlooCall("1", 22_300, 12_500, 312_500, "allgather"),
-                      GlooCall("1", 34_850, 1_000, 12_500, "broadcast"), GlooCall(tp, 35_900, 2_000 + late, 312_500)]
-        else:
-            calls += [GlooCall(tp, 14_200, 23_700 + late, 312_500)]
-            compute.append((12_200, 2_000))
-        ranks.append(GlooRank(rank, f"host-{rank // 2}", (1, 0, 45_500), compute, calls, pid=100 + rank))
-    store = half_busy_run(write_gloo_run(tmp_path / "run", ranks, 4, {"1": [0, 2], "2": [1, 3], "3": [0, 1], "4": [2, 3]}))
+    network = [GlooCall("1", 12_200, 10_000, 312_500), GlooCall("1", 22_300, 12_500, 312_500, "allgather"),
+               GlooCall("1", 34_850, 1_000, 12_500, "broadcast")]
+    store = talking_hosts_run(tmp_path / "run", network, 35_900)
     network = table_rows(store, "SELECT DISTINCT op, wire_ns, transfer_ns, rest_ns FROM whatif_inputs WHERE scope = 'inter' ORDER BY op")
     assert network == [{"op": "allgather", "wire_ns": 10 * MS, "transfer_ns": 12.5 * MS, "rest_ns": 0},
                        {"op": "allreduce", "wire_ns": 10 * MS, "transfer_ns": 10 * MS, "rest_ns": 0},
@@ -372,6 +351,26 @@ def test_nccl_keeps_what_a_transfer_took_beyond_its_bits_as_the_protocols(tmp_pa
     store = half_busy_run(write_run(tmp_path / "run", ranks, 4, groups={"tp0": [0, 1], "tp1": [2, 3], "dp": [0, 2]}))
     network = table_rows(store, "SELECT DISTINCT pg, transfer_ns, rest_ns FROM whatif_inputs WHERE scope = 'inter'")
     assert network == [{"pg": "dp", "transfer_ns": 13 * MS, "rest_ns": 0}]
+
+
+def talking_hosts_run(run, network: list[GlooCall], second_tp_us: float) -> Warehouse:
+    """Two hosts of two gloo ranks whose tp groups talk over loopback, ingested with CPUs half busy
+    (`half_busy_run`). Each host's tp group all-reduces 1.25 MB at 10.2 ms and again at
+    `second_tp_us`, for 2 ms; between the two, ranks 0 and 2 make the `network` calls (group "1")
+    while ranks 1 and 3 compute 2 ms, then wait in the second tp all-reduce. The hosts' tp groups
+    end 50 us apart, so that their instances are told apart."""
+    ranks = []
+    for rank in range(4):
+        tp, crosses, late = "3" if rank < 2 else "4", rank % 2 == 0, 50 * (rank // 2)
+        calls = [GlooCall(tp, 10_200, 2_000, 312_500)]
+        compute = [(200, 10_000), (second_tp_us + 2_000 + late, 5_000)]
+        if crosses:
+            calls += [*network, GlooCall(tp, second_tp_us, 2_000 + late, 312_500)]
+        else:
+            calls.append(GlooCall(tp, 14_200, second_tp_us + 2_000 + late - 14_200, 312_500))
+            compute.append((12_200, 2_000))
+        ranks.append(GlooRank(rank, f"host-{rank // 2}", (1, 0, 45_500), compute, calls, pid=100 + rank))
+    return half_busy_run(write_gloo_run(run, ranks, 4, {"1": [0, 2], "2": [1, 3], "3": [0, 1], "4": [2, 3]}))
 
 
 def half_busy_run(run) -> Warehouse:
