@@ -7,11 +7,12 @@ reads: which dimension's communication the steps waited for and over which link 
 that cross hosts over the network, the others within a host), no utilisation above the line rate
 (each collective's, and the verdict's of the network while collectives moved data),
 every exposed nanosecond in a group, the replay's prediction of the other rate's step, both ways,
-and `wirespeed compare` of the two runs naming the network dimension. It prints the figures.
+for every pair of a slow and a fast run, and `wirespeed compare` of the two runs naming the network
+dimension. It prints the figures.
 
 Predictions are judged as in test_replay.py, with the other run's compute in place of the run's
-own (on this 2-core machine the same ops compute at different speeds in the two runs), and printed
-raw too.
+own (on this 2-core machine the same ops compute at different speeds in the two runs), each
+direction in the median over its pairs, and printed raw too.
 """
 
 from __future__ import annotations
