@@ -150,6 +150,25 @@ def test_the_ranks_of_a_host_share_its_network_link(factors):
     assert (step_ns / MS).tolist() == [[100, 100], [100, 100], [100, 100], [100, 140]]
 
 
+def test_a_link_is_free_once_a_transfer_is_through_and_a_group_takes_its_turns_to_the_end(factors):
+    """Two groups share both hosts' links; every collective is 20 ms of transfer at 1 Gbit/s, then
+    what no link shortens. Group 0's c1 runs 10-60 ms (30 ms of rest); group 1's c2, ready at 10,
+    takes the link when c1's transfer is through, 30-60 ms (10 ms of rest); group 0's c3 waits for
+    its group's c1 to end, 60-90 ms, and the ranks wait for it from 50 ms.
+    At 0.5 Gbit/s: c1 sends until 50 and ends at 80, c2 runs 50-100 (its transfer through at 90),
+    c3 90-140: a step of 150 ms. Were the link held to each collective's end, c2 would begin at 80
+    and c3 at 130, a step of 190. At 2 Gbit/s c3 waits for c1's end at 50 though the link frees at
+    30: a step of 80 ms, not 60."""
+    rows = []
+    for key, pg, begin, rest, end in (("c1", "0", 10, 30, 60), ("c2", "1", 30, 10, 60), ("c3", "0", 60, 10, 90)):
+        for rank, host in ((0, "host a"), (1, "host b")):
+            rows.append({"rank": rank, "step": 1, "collective_key": key, "pg": pg, "channel": host, "start_ns": 10,
+                         "end_ns": end, "begin_ns": begin, "collective_end_ns": end, "transfer_ns": 20, "rest_ns": rest,
+                         "waited_ns": 40 if key == "c3" else 0, "dimension": "dp"})
+    step_ns, _ = Replay(inputs(rows), steps(100, 40), factors).run([Scenario(1.0), Scenario(0.5), Scenario(2.0)])
+    assert (step_ns[0] / MS).tolist() == pytest.approx([100, 150, 80])
+
+
 def test_a_late_rank_is_waited_for_and_a_buffered_send_is_not(factors):
     """Rank 1 arrives 10 ms after rank 0 and both wait for the transfer; a send that returned at
     once leaves its rank free. Halving the transfer saves both 10 ms; the late rank's lateness stays."""
@@ -423,21 +442,21 @@ def test_ranks_on_nics_of_their_own_do_not_queue(tmp_path, nics):
 
 
 collective_case = st.tuples(st.floats(0, 80), st.floats(0.5, 30), st.floats(0, 20), st.floats(0, 10), st.booleans(),
-                            st.sampled_from(["allreduce", "send"]))
+                            st.sampled_from(["allreduce", "send"]), st.sampled_from(["0", "1"]))
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(collective_case, min_size=1, max_size=6))
 def test_a_faster_link_never_slows_a_step_and_a_slower_one_never_speeds_it(factors, cases):
     """Any collectives (begin, duration, how late rank 1 came, what no link shortens, whether the
-    ranks waited for it, all-reduce or send/receive), overlapping or not: each rank-step's replayed
-    length never grows with the line rate, as achieved or at full line rate; the run's own rate
-    gives back the run, and its full line rate never a longer step."""
+    ranks waited for it, all-reduce or send/receive, which of two groups), overlapping or not:
+    each rank-step's replayed length never grows with the line rate, as achieved or at full line
+    rate; the run's own rate gives back the run, and its full line rate never a longer step."""
     rows = []
-    for k, (begin, dur, late, rest, waited, op) in enumerate(cases):
+    for k, (begin, dur, late, rest, waited, op, pg) in enumerate(cases):
         for rank in (0, 1):
             start = begin - (late if rank == 0 else 0)
-            rows.append({"rank": rank, "step": 1, "collective_key": f"c{k}",
+            rows.append({"rank": rank, "step": 1, "collective_key": f"c{k}", "pg": pg,
                          "op": op if op == "allreduce" else ("send", "recv")[rank],
                          "start_ns": start, "end_ns": begin + dur, "begin_ns": begin, "collective_end_ns": begin + dur,
                          "transfer_ns": max(dur - rest, 0), "rest_ns": min(rest, dur),

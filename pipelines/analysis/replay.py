@@ -4,10 +4,12 @@ The paper's model (pipelines/analysis/whatif.py) sees only data-parallel gradien
 every collective of every step from `whatif_inputs` and keeps the rest of each rank's timeline as
 measured: what a rank did between waits takes as long as it did. Only three things move:
 
-* a collective begins when its last rank arrives and its links are free (collectives on one link,
-  a host's network link, which its ranks share, or a rank's own within the host, run one after
-  another, in the order they began, each direction of a full-duplex link on its own):
-  B' = max(arrivals', links free');
+* a collective begins when its last rank arrives and its links are free: B' = max(arrivals',
+  links free'). A link (a host's network link, which its ranks share, or a rank's own within the
+  host; each direction of a full-duplex link on its own) carries one transfer at a time, in the
+  order they began, and is free again once a transfer is through: what else a collective takes
+  (rest_ns) is its ranks' own work, while another group's transfer uses the link. A process
+  group's collectives on a link run one after another, each to its end;
 * it takes its transfer at the new rate plus what the link would not shorten:
   d' = transfer_ns * scale + rest_ns (wire_ns + latency_ns, at full line rate, in place of
   transfer_ns + rest_ns when the scenario asks for it), where scale is the run's rate over the new one, over the compression
@@ -149,10 +151,16 @@ class Replay:
         measured = (r["collective_end_ns"][first] - r["begin_ns"][first]).astype(float)
         channel_ids: dict[tuple, int] = {}
         links: list[list[int]] = [[] for _ in range(self.collectives)]
+        lanes: list[list[int]] = [[] for _ in range(self.collectives)]
         for i, c in enumerate(collective):
             for channel in channels(str(r["channel"][i]), bool(self.intra[i]), self.op[i]):
                 links[c].append(channel_ids.setdefault(channel, len(channel_ids)))
+                lanes[c].append(channel_ids.setdefault((*channel, str(r["pg"][i])), len(channel_ids)))
         self.links = [sorted(set(ids)) for ids in links]
+        self.lanes = [sorted(set(ids)) for ids in lanes]  # a group's turn on each of its links
+        # What no link shortens, per collective: its rest as achieved, plus the latency's difference
+        # from it at full line rate.
+        self.fixed = list(zip(self.rest[first].tolist(), (self.latency[first] - self.rest[first]).tolist()))
         self.channel_count = len(channel_ids)
         waited = r["waited_ns"].astype(float)
         slack = np.array([np.nan if v is None else float(v) for v in r["slack_ns"]])
@@ -261,14 +269,16 @@ class Replay:
         """
         durations = self.durations(scenarios, self.first_rows)  # per collective, as its first row
         own = self.own_ns[:, None]
-        step_ns, exposed = self._replay(durations, groups)
+        step_ns, exposed = self._replay(durations, groups, np.array([sc.line_rate for sc in scenarios], dtype=float))
         measured = self.step_ns[:, None]
         no_slower, no_faster = (durations <= own).all(axis=0), (durations >= own).all(axis=0)
         step_ns = np.where(no_slower, np.minimum(step_ns, measured), step_ns)
         return np.where(no_faster, np.maximum(step_ns, measured), step_ns), exposed
 
-    def _replay(self, durations: np.ndarray, groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
-        """The replay with each collective's durations (collectives x scenarios).
+    def _replay(self, durations: np.ndarray, groups: np.ndarray | None,
+                line_rate: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The replay with each collective's durations (collectives x scenarios); `line_rate` is 1
+        in a scenario at full line rate, else 0.
 
         Per rank, its shift: replayed time minus measured time, now. The loop runs once per event
         whatever the number of scenarios, so it does as few vector operations per event as it can.
@@ -288,8 +298,9 @@ class Replay:
         keep_arrival = self.ends_at_arrival
         arrived: list[np.ndarray | None] = [None] * self.collectives
         begin_shift = [zero] * self.collectives
-        free = [np.full(width, -np.inf)] * self.channel_count  # when each one-way link is next free
-        rank_of, begins, links = self.rank_index, self.begins, self.links
+        # When each one-way link, and each group's turn on it, is next free.
+        free = [np.full(width, -np.inf)] * self.channel_count
+        rank_of, begins, links, lanes, fixed = self.rank_index, self.begins, self.links, self.lanes, self.fixed
         for event in self._events:
             kind = event[2]
             if kind == ARRIVE:
@@ -316,11 +327,15 @@ class Replay:
             elif kind == BEGIN:
                 c = event[4]
                 start = begins[c] if arrived[c] is None else arrived[c]
-                for link in links[c]:
+                for link in links[c] + lanes[c]:
                     start = np.maximum(start, free[link])
                 end = start + duration[c]
+                rest, latency_less_rest = fixed[c]
+                sent = end - (rest + latency_less_rest * line_rate)
                 for link in links[c]:
-                    free[link] = end
+                    free[link] = sent
+                for lane in lanes[c]:
+                    free[lane] = end
                 begin_shift[c] = start - begins[c]
             elif kind == OPEN:
                 opened[event[3]] = shift[event[4]]
