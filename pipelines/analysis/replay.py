@@ -9,7 +9,7 @@ measured: what a rank did between waits takes as long as it did. Only three thin
   host; each direction of a full-duplex link on its own) carries one transfer at a time, in the
   order they began, and is free again once a transfer is through: what else a collective takes
   (rest_ns) is its ranks' own work, while another group's transfer uses the link. A process
-  group's collectives on a link run one after another, each to its end;
+  group's collectives over the same links run one after another, each to its end;
 * it takes its transfer at the new rate plus what the link would not shorten:
   d' = transfer_ns * scale + rest_ns (wire_ns + latency_ns, at full line rate, in place of
   transfer_ns + rest_ns when the scenario asks for it), where scale is the run's rate over the new one, over the compression
@@ -150,16 +150,17 @@ class Replay:
         self.begins = (r["begin_ns"][first] - base).astype(float)
         measured = (r["collective_end_ns"][first] - r["begin_ns"][first]).astype(float)
         channel_ids: dict[tuple, int] = {}
-        links: list[list[int]] = [[] for _ in range(self.collectives)]
-        lanes: list[list[int]] = [[] for _ in range(self.collectives)]
+        links: list[set[int]] = [set() for _ in range(self.collectives)]
         for i, c in enumerate(collective):
             for channel in channels(str(r["channel"][i]), bool(self.intra[i]), self.op[i]):
-                links[c].append(channel_ids.setdefault(channel, len(channel_ids)))
-                lanes[c].append(channel_ids.setdefault((*channel, str(r["pg"][i])), len(channel_ids)))
-        self.links = [sorted(set(ids)) for ids in links]
-        self.lanes = [sorted(set(ids)) for ids in lanes]  # a group's turn on each of its links
-        # What no link shortens, per collective: its rest as achieved, plus the latency's difference
-        # from it at full line rate.
+                links[c].add(channel_ids.setdefault(channel, len(channel_ids)))
+        ordered = [tuple(sorted(ids)) for ids in links]
+        # A group's turn on the links it uses: one of its collectives at a time, each to its end.
+        self.lanes = [channel_ids.setdefault((str(pg), ids), len(channel_ids)) for pg, ids in zip(r["pg"][first], ordered)]
+        self.links = [np.array(ids, dtype=int) for ids in ordered]
+        self.waits_for = [np.array((*ids, lane)) for ids, lane in zip(ordered, self.lanes)]
+        # What no link shortens, per collective: its rest as achieved, and the latency's difference
+        # from it at full line rate (0 where they are equal).
         self.fixed = list(zip(self.rest[first].tolist(), (self.latency[first] - self.rest[first]).tolist()))
         self.channel_count = len(channel_ids)
         waited = r["waited_ns"].astype(float)
@@ -299,8 +300,9 @@ class Replay:
         arrived: list[np.ndarray | None] = [None] * self.collectives
         begin_shift = [zero] * self.collectives
         # When each one-way link, and each group's turn on it, is next free.
-        free = [np.full(width, -np.inf)] * self.channel_count
+        free = np.full((self.channel_count, width), -np.inf)
         rank_of, begins, links, lanes, fixed = self.rank_index, self.begins, self.links, self.lanes, self.fixed
+        waits_for = self.waits_for
         for event in self._events:
             kind = event[2]
             if kind == ARRIVE:
@@ -327,15 +329,11 @@ class Replay:
             elif kind == BEGIN:
                 c = event[4]
                 start = begins[c] if arrived[c] is None else arrived[c]
-                for link in links[c] + lanes[c]:
-                    start = np.maximum(start, free[link])
+                start = np.maximum(start, free[waits_for[c]].max(axis=0))
                 end = start + duration[c]
                 rest, latency_less_rest = fixed[c]
-                sent = end - (rest + latency_less_rest * line_rate)
-                for link in links[c]:
-                    free[link] = sent
-                for lane in lanes[c]:
-                    free[lane] = end
+                free[links[c]] = end - rest if not latency_less_rest else end - (rest + latency_less_rest * line_rate)
+                free[lanes[c]] = end
                 begin_shift[c] = start - begins[c]
             elif kind == OPEN:
                 opened[event[3]] = shift[event[4]]
