@@ -190,3 +190,11 @@ CREATE OR REPLACE MACRO cpu_saturated_share() AS 0.97;
 -- an op whose transfers carried less than this share of the most the host's link carried for any
 -- op was bound by its latency, not by its protocol's rate, and what it lost stays the host's.
 CREATE OR REPLACE MACRO protocol_least_efficiency() AS 0.5;
+
+
+-- How long a rank may resume before the collective it waited for closes its annotation
+-- (whatif_inputs): exposed stretches closer than this are one wait, and a wait that went on past
+-- every instance end in it was for the instance that ended this soon after it. Gloo's DDP resumed a
+-- rank 0.07 ms before its bucket's all-reduce closed; counted as busy, the rank's 110 ms wait for
+-- it stayed at every rate, and its step at 5x the rate came out +59 %.
+CREATE OR REPLACE MACRO resume_gap_ns() AS 1000000;

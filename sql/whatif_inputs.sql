@@ -32,8 +32,10 @@
 -- arrive. A collective of unknown size is all rest (the replay cannot scale it).
 --
 -- What waited for a collective: where a rank's instance ends inside a wait (exposed stretches of
--- `step_timeline`, those less than 1 ms apart joined into one), the rank was waiting for it:
--- `waited_ns` is the part of the wait since the last earlier instance end in it (or its start).
+-- `step_timeline`, those less than `resume_gap_ns()` apart joined into one), the rank was waiting
+-- for it: `waited_ns` is the part of the wait since the last earlier instance end in it (or its
+-- start). A wait that went on past every instance end in it was for the first instance that ended
+-- within `resume_gap_ns()` after it (the rank resumed before its annotation closed).
 -- An instance is tied to its collective when it ended with it (after the first half of the
 -- begin-to-end span; a send that returned once its data was buffered is not); where a tied
 -- instance ends while the rank was busy, the rank needed it later, at the latest at its next
@@ -222,30 +224,42 @@ rested AS (
 ),
 exposed_stretches AS (
   SELECT rank, start_ns, end_ns,
-    CASE WHEN start_ns - lag(end_ns) OVER (PARTITION BY rank ORDER BY start_ns) < 1000000 THEN 0 ELSE 1 END AS opens
+    CASE WHEN start_ns - lag(end_ns) OVER (PARTITION BY rank ORDER BY start_ns) < resume_gap_ns() THEN 0 ELSE 1 END AS opens
   FROM step_timeline
   WHERE state = 'exposed_comm'
 ),
 exposed AS (
-  -- Waits: exposed stretches less than 1 ms apart are one (a thread may resume just before the
-  -- collective it waited for closes its annotation).
+  -- Waits: exposed stretches less than resume_gap_ns() apart are one (a thread may resume just
+  -- before the collective it waited for closes its annotation).
   SELECT rank, min(start_ns) AS stretch_start_ns, max(end_ns) AS stretch_end_ns
   FROM (SELECT *, sum(opens) OVER (PARTITION BY rank ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS wait FROM exposed_stretches)
   GROUP BY rank, wait
 ),
 placed AS (
   SELECT r.*, x.stretch_start_ns, x.stretch_end_ns, n.stretch_start_ns AS next_stretch_ns,
-    x.stretch_start_ns IS NOT NULL AND r.end_ns <= x.stretch_end_ns AS inside
+    x.stretch_start_ns IS NOT NULL AND r.end_ns <= x.stretch_end_ns AS within,
+    x.stretch_start_ns IS NOT NULL AND r.end_ns > x.stretch_end_ns
+      AND r.end_ns < x.stretch_end_ns + resume_gap_ns() AS just_after
   FROM rested AS r
   ASOF LEFT JOIN exposed AS x ON x.rank = r.rank AND r.end_ns > x.stretch_start_ns
   ASOF LEFT JOIN exposed AS n ON n.rank = r.rank AND n.stretch_start_ns >= r.end_ns
 ),
+resumed AS (
+  -- A wait that went on past every instance end in it (by more than resume_gap_ns()) was for the
+  -- first instance that ended just after it: the rank resumed before its annotation closed.
+  SELECT *,
+    within OR (just_after
+      AND row_number() OVER (PARTITION BY rank, stretch_start_ns, just_after ORDER BY end_ns, collective_key) = 1
+      AND coalesce(max(end_ns) FILTER (WHERE within) OVER (PARTITION BY rank, stretch_start_ns), stretch_start_ns)
+        < stretch_end_ns - resume_gap_ns()) AS inside
+  FROM placed
+),
 waits AS (
   SELECT
     *,
-    CASE WHEN inside THEN end_ns - greatest(stretch_start_ns, coalesce(lag(end_ns) OVER (
+    CASE WHEN inside THEN least(end_ns, stretch_end_ns) - greatest(stretch_start_ns, coalesce(lag(end_ns) OVER (
       PARTITION BY rank, stretch_start_ns, inside ORDER BY end_ns, collective_key), stretch_start_ns)) ELSE 0 END AS waited_ns
-  FROM placed
+  FROM resumed
 )
 SELECT
   getvariable('run_id') AS run_id,

@@ -171,14 +171,16 @@ def write_nccl_logs(folder: Path, ranks: list[Rank], groups: dict[str, list[int]
 
 @dataclass
 class GlooCall:
-    """A blocking collective of a gloo job: the training thread inside `c10d::<op>_` while the
-    group's first worker thread runs its `gloo:<op>` annotation, over the same span."""
+    """A collective of a gloo job: the group's first worker thread runs its `gloo:<op>` annotation
+    while the training thread is inside `c10d::<op>_`, over the same span where it blocks, else
+    (as DDP's bucket all-reduces) returning after `returns_after_us`."""
 
     group: str
     start_us: float
     dur_us: float
     nelems: int
     op: str = "allreduce"
+    returns_after_us: float | None = None
 
 
 @dataclass
@@ -209,7 +211,7 @@ def write_gloo_run(folder: Path, ranks: list[GlooRank], world_size: int, groups:
         for call in rank.calls:
             dims = [[call.nelems]]
             events.append({"ph": "X", "cat": "cpu_op", "name": f"c10d::{call.op}_", "pid": rank.pid, "tid": rank.pid,
-                           "ts": call.start_us, "dur": call.dur_us, "args": {"Input Dims": [dims]}})
+                           "ts": call.start_us, "dur": call.returns_after_us or call.dur_us, "args": {"Input Dims": [dims]}})
             events.append({"ph": "X", "cat": "user_annotation", "name": f"gloo:{call.op.replace('allreduce', 'all_reduce')}",
                            "pid": rank.pid, "tid": worker[call.group], "ts": call.start_us, "dur": call.dur_us,
                            "args": {"Input Dims": dims, "Input type": ["float"]}})
