@@ -192,9 +192,14 @@ CREATE OR REPLACE MACRO cpu_saturated_share() AS 0.97;
 CREATE OR REPLACE MACRO protocol_least_efficiency() AS 0.5;
 
 
--- How long a rank may resume before the collective it waited for closes its annotation
--- (whatif_inputs): exposed stretches closer than this are one wait, and a wait that went on past
--- every instance end in it was for the instance that ended this soon after it. Gloo's DDP resumed a
--- rank 0.07 ms before its bucket's all-reduce closed; counted as busy, the rank's 110 ms wait for
--- it stayed at every rate, and its step at 5x the rate came out +59 %.
+-- Exposed stretches closer than this are one wait (whatif_inputs): a thread may resume just
+-- before the collective it waited for closes its annotation, and wait again.
 CREATE OR REPLACE MACRO resume_gap_ns() AS 1000000;
+
+
+-- How long after a rank resumed from a wait the annotation of what it waited for may still close
+-- (whatif_inputs): gloo's worker thread wakes the rank, then waits for a CPU to close it. On two
+-- cores with four ranks it closed up to 3.4 ms late; counted as ending while the rank was busy,
+-- a 110 ms wait went to no collective and stayed at every rate, putting a 200 Mbit/s run's step
+-- at 1 Gbit/s +59 %.
+CREATE OR REPLACE MACRO annotation_lag_ns() AS 5000000;

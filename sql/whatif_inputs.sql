@@ -34,8 +34,9 @@
 -- What waited for a collective: where a rank's instance ends inside a wait (exposed stretches of
 -- `step_timeline`, those less than `resume_gap_ns()` apart joined into one), the rank was waiting
 -- for it: `waited_ns` is the part of the wait since the last earlier instance end in it (or its
--- start). A wait that went on past every instance end in it was for the first instance that ended
--- within `resume_gap_ns()` after it (the rank resumed before its annotation closed).
+-- start). A wait that went on more than `resume_gap_ns()` past every instance end in it waited for
+-- the first tied instance to end after it, where that one was under way and ended within
+-- `annotation_lag_ns()`: the rank resumed before its annotation closed.
 -- An instance is tied to its collective when it ended with it (after the first half of the
 -- begin-to-end span; a send that returned once its data was buffered is not); where a tied
 -- instance ends while the rank was busy, the rank needed it later, at the latest at its next
@@ -237,29 +238,38 @@ exposed AS (
 ),
 placed AS (
   SELECT r.*, x.stretch_start_ns, x.stretch_end_ns, n.stretch_start_ns AS next_stretch_ns,
-    x.stretch_start_ns IS NOT NULL AND r.end_ns <= x.stretch_end_ns AS within,
-    x.stretch_start_ns IS NOT NULL AND r.end_ns > x.stretch_end_ns
-      AND r.end_ns < x.stretch_end_ns + resume_gap_ns() AS just_after
+    x.stretch_start_ns IS NOT NULL AND r.end_ns <= x.stretch_end_ns AS within
   FROM rested AS r
   ASOF LEFT JOIN exposed AS x ON x.rank = r.rank AND r.end_ns > x.stretch_start_ns
   ASOF LEFT JOIN exposed AS n ON n.rank = r.rank AND n.stretch_start_ns >= r.end_ns
 ),
+tails AS (
+  -- Waits that went on more than resume_gap_ns() past every instance end in them: the time since
+  -- the last (or since the wait began).
+  SELECT x.rank, x.stretch_end_ns, x.stretch_end_ns - coalesce(max(p.end_ns), x.stretch_start_ns) AS tail_ns
+  FROM exposed AS x
+  LEFT JOIN placed AS p ON p.rank = x.rank AND p.within AND p.stretch_start_ns = x.stretch_start_ns
+  GROUP BY x.rank, x.stretch_start_ns, x.stretch_end_ns
+  HAVING tail_ns > resume_gap_ns()
+),
 resumed AS (
-  -- A wait that went on past every instance end in it (by more than resume_gap_ns()) was for the
-  -- first instance that ended just after it: the rank resumed before its annotation closed.
-  SELECT *,
-    within OR (just_after
-      AND row_number() OVER (PARTITION BY rank, stretch_start_ns, just_after ORDER BY end_ns, collective_key) = 1
-      AND coalesce(max(end_ns) FILTER (WHERE within) OVER (PARTITION BY rank, stretch_start_ns), stretch_start_ns)
-        < stretch_end_ns - resume_gap_ns()) AS inside
-  FROM placed
+  -- Such a tail waited for the first tied instance to end after it, where that was under way during
+  -- it and ended within annotation_lag_ns(): the rank resumed before the annotation closed.
+  SELECT p.rank, p.collective_key, sum(t.tail_ns) AS tail_ns
+  FROM tails AS t
+  ASOF JOIN (SELECT rank, collective_key, start_ns, end_ns FROM placed WHERE tied) AS p
+    ON p.rank = t.rank AND p.end_ns > t.stretch_end_ns
+  WHERE p.start_ns < t.stretch_end_ns AND p.end_ns < t.stretch_end_ns + annotation_lag_ns()
+  GROUP BY p.rank, p.collective_key
 ),
 waits AS (
-  SELECT
-    *,
-    CASE WHEN inside THEN least(end_ns, stretch_end_ns) - greatest(stretch_start_ns, coalesce(lag(end_ns) OVER (
-      PARTITION BY rank, stretch_start_ns, inside ORDER BY end_ns, collective_key), stretch_start_ns)) ELSE 0 END AS waited_ns
-  FROM resumed
+  SELECT p.*,
+    p.within OR r.tail_ns IS NOT NULL AS inside,
+    CASE WHEN p.within THEN p.end_ns - greatest(p.stretch_start_ns, coalesce(lag(p.end_ns) OVER (
+      PARTITION BY p.rank, p.stretch_start_ns, p.within ORDER BY p.end_ns, p.collective_key), p.stretch_start_ns)) ELSE 0 END
+      + coalesce(r.tail_ns, 0) AS waited_ns
+  FROM placed AS p
+  LEFT JOIN resumed AS r ON r.rank = p.rank AND r.collective_key = p.collective_key
 )
 SELECT
   getvariable('run_id') AS run_id,
