@@ -359,7 +359,7 @@ def test_a_rank_that_resumed_before_its_collective_closed_waited_for_it(tmp_path
     """Worked by hand. Two hosts of one gloo rank, 1 Gbit/s: after 10 ms of compute a 1.25 MB
     all-reduce runs 10.2-20.2 ms, all its bits at the line rate, on a worker thread; the training
     thread returns at once, waits, and resumes computing at 17.7 ms, 2.5 ms before the annotation
-    closes (gloo's worker thread, waiting for a CPU, closed it 0.07 to 3.4 ms late on two cores with
+    closes (gloo's worker thread, waiting for a CPU, closed it 0.04 to 4.9 ms late on two cores with
     four ranks). It waited for the all-reduce: at 0.5 Gbit/s the step grows 10 ms, at 2 Gbit/s it
     shrinks 5. Counted as ending while the rank was busy, the wait went to no collective and stayed
     at every rate: +0.2 and 0 ms."""
