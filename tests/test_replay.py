@@ -372,6 +372,20 @@ def test_a_rank_that_resumed_before_its_collective_closed_waited_for_it(tmp_path
     assert (slower - own, faster - own) == pytest.approx((10, -5), abs=0.01)
 
 
+def test_a_wait_that_ended_with_its_collective_leaves_the_next_one_its_slack(tmp_path):
+    """Two hosts of one gloo rank: an all-reduce runs 10.2-20.2 ms while the rank waits, and ends
+    as it resumes; another group's, begun at 10.3, ends 2 ms later, while the rank computes. The
+    wait was the first one's, all of it; the second keeps the 7.8 ms until the step's end as slack.
+    Given the wait's end as well, it would bind the rank to an all-reduce it did not wait for."""
+    ranks = [GlooRank(rank, f"host-{rank}", (1, 0, 30_000), [(200, 10_000), (20_200, 5_000)],
+                      [GlooCall("1", 10_200, 10_000, 312_500, returns_after_us=50),
+                       GlooCall("2", 10_300, 11_900, 12_500, returns_after_us=50)], pid=100 + rank) for rank in range(2)]
+    store = half_busy_run(write_gloo_run(tmp_path / "run", ranks, 2, {"1": [0, 1], "2": [0, 1]}))
+    waits = table_rows(store, "SELECT DISTINCT bytes, waited_ns, slack_ns FROM whatif_inputs ORDER BY bytes DESC")
+    assert waits == [{"bytes": 1_250_000, "waited_ns": 10 * MS, "slack_ns": None},
+                     {"bytes": 50_000, "waited_ns": 0, "slack_ns": 7.8 * MS}]
+
+
 def test_nccl_keeps_what_a_transfer_took_beyond_its_bits_as_the_protocols(tmp_path):
     """The same mesh on GPUs: tp all-reduces of 1.25 MB in 2 ms within each host, a 1.25 MB dp
     all-reduce in 13 ms between them, CPUs half busy. NCCL's intra-host path (NVLink, shared memory)
