@@ -332,7 +332,7 @@ class Replay:
                 start = np.maximum(start, free[waits_for[c]].max(axis=0))
                 end = start + duration[c]
                 rest, latency_less_rest = fixed[c]
-                free[links[c]] = end - rest if not latency_less_rest else end - (rest + latency_less_rest * line_rate)
+                free[links[c]] = end - (rest + latency_less_rest * line_rate)
                 free[lanes[c]] = end
                 begin_shift[c] = start - begins[c]
             elif kind == OPEN:
