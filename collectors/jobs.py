@@ -13,6 +13,7 @@ much faster the step gets on a faster link.
           activations in forward and of the input's gradient in backward
     pp    two pipeline stages, GPipe: every micro-batch forward, then every one backward, with
           blocking send/recv of activations and gradients between the stages
+    pp-isend  the same with `dist.isend`: a stage goes on computing while its sends go out
     ep    a top-1 mixture-of-experts layer, one expert per rank: all-to-all dispatch and combine
           (both directions of autograd), all-reduce of the router's gradients
     dp-tp    a 2-D mesh (`init_device_mesh`, dims dp and tp): tensor parallel over the ranks of a
@@ -232,11 +233,12 @@ def fsdp_tp_job(layout: Layout) -> Step:
 PP_MICRO_BATCHES = 4
 
 
-def pp_job(layout: Layout) -> Step:
+def pp_job(layout: Layout, isend: bool = False) -> Step:
     """Ranks [0, world/2) are stage 0, the rest stage 1, paired rank r with r + world/2.
 
     Four micro-batches of 1024 tokens at width 256: 1 MB per send, 8 MB per step, and while one
-    stage computes the other waits, as GPipe's bubble does.
+    stage computes the other waits, as GPipe's bubble does. With `isend`, a stage sends with
+    `dist.isend` and goes on computing, and waits for its sends before the optimiser step.
     """
     rank, world = layout.rank, layout.world
     if world % 2:
@@ -250,13 +252,19 @@ def pp_job(layout: Layout) -> Step:
     inputs = [torch.randn(1024, 256) for _ in range(PP_MICRO_BATCHES)]
     targets = [torch.randn(1024, 256) for _ in range(PP_MICRO_BATCHES)]
 
+    def send(tensor: torch.Tensor, sends: list) -> None:
+        if isend:
+            sends.append(dist.isend(tensor, peer))
+        else:
+            dist.send(tensor, peer)
+
     def step() -> None:
         optimiser.zero_grad()
-        outputs, received = [], []
+        outputs, received, sends = [], [], []
         for micro in range(PP_MICRO_BATCHES):
             if stage == 0:
                 output = network(inputs[micro])
-                dist.send(output.detach(), peer)
+                send(output.detach(), sends)
             else:
                 activation = torch.empty(1024, 256)
                 dist.recv(activation, peer)
@@ -271,7 +279,9 @@ def pp_job(layout: Layout) -> Step:
                 outputs[micro].backward(gradient)
             else:
                 outputs[micro].backward()
-                dist.send(received[micro].grad, peer)
+                send(received[micro].grad, sends)
+        for request in sends:
+            request.wait()
         if stage_groups:
             for parameter in network.parameters():
                 dist.all_reduce(parameter.grad, group=stage_groups[stage])
@@ -340,7 +350,8 @@ def ep_job(layout: Layout) -> Step:
 
 
 JOBS: dict[str, Callable[[Layout], Step]] = {
-    "ddp": ddp_job, "ddp-buckets": ddp_buckets_job, "fsdp": fsdp_job, "tp": tp_job, "pp": pp_job, "ep": ep_job,
+    "ddp": ddp_job, "ddp-buckets": ddp_buckets_job, "fsdp": fsdp_job, "tp": tp_job, "pp": pp_job,
+    "pp-isend": lambda layout: pp_job(layout, isend=True), "ep": ep_job,
     "dp-tp": dp_tp_job, "fsdp-tp": fsdp_tp_job,
 }
 
