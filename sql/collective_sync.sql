@@ -27,6 +27,9 @@
 --   first_start_ns BIGINT  Earliest start across ranks, ns since the Unix epoch.
 --   last_start_ns BIGINT  Latest start across ranks: when the last rank arrived.
 --   end_ns BIGINT  Latest end across ranks.
+--   transfer_end_ns BIGINT  When the transfer ended: end_ns, or for a point-to-point pair its
+--       receive's end (from the later start on), the data being there. A send's instance can end
+--       much later: an `isend` ends when its rank waits for it.
 --   skew_ns BIGINT  last_start_ns - first_start_ns: how far apart the ranks arrived.
 --   last_rank INTEGER  The rank that arrived last (started latest).
 --   transfer_ns BIGINT  Shortest duration across ranks: the transfer, without waiting; for a
@@ -75,6 +78,7 @@ SELECT
   first_start_ns,
   last_start_ns,
   end_ns,
+  CASE WHEN point_to_point THEN last_start_ns + transfer_ns ELSE end_ns END AS transfer_end_ns,
   last_start_ns - first_start_ns AS skew_ns,
   last_rank,
   transfer_ns,

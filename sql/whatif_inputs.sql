@@ -61,9 +61,11 @@
 --       link), 'host <name> nic <n>[,<m>...]' where the NCCL logs name the NICs (the ranks on
 --       those NICs share them), 'rank <n>' for the link within a host or where the host is unknown.
 --   start_ns BIGINT  When this rank arrived (its instance's start), ns since the Unix epoch.
---   end_ns BIGINT  When its instance ended.
+--   end_ns BIGINT  When its instance ended; a point-to-point one at the latest when its transfer did
+--       (an `isend` ends when its rank waits for it, maybe long after its data arrived).
 --   begin_ns BIGINT  When the collective's last rank arrived.
---   collective_end_ns BIGINT  When the collective ended on its last rank.
+--   collective_end_ns BIGINT  When the collective ended on its last rank; for a point-to-point pair,
+--       when its receive did (collective_sync.transfer_end_ns).
 --   bits DOUBLE  8 S f: what each rank sends, in bits; 0 when the size is unknown.
 --   wire_ns BIGINT  8 S f / link_gbps: its transfer at the run's line rate; 0 when not known.
 --   transfer_ns BIGINT  The part of its time a faster link shortens in proportion.
@@ -95,7 +97,8 @@ instances AS (
     busbw_factor(c.op, c.group_size) AS traffic_factor,
     CASE WHEN c.scope = 'intra' THEN l.intra_gbps ELSE l.network_gbps END AS link_gbps,
     CASE WHEN c.scope = 'intra' THEN 'intra' ELSE 'network' END AS link,
-    c.timeline, c.start_ns, c.end_ns, s.last_start_ns AS begin_ns, s.end_ns AS collective_end_ns,
+    c.timeline, c.start_ns, least(c.end_ns, s.transfer_end_ns) AS end_ns, s.last_start_ns AS begin_ns,
+    s.transfer_end_ns AS collective_end_ns,
     coalesce(h.host, 'rank ' || c.rank) AS host,
     CASE WHEN c.scope = 'intra' OR h.host IS NULL THEN 'rank ' || c.rank
          ELSE 'host ' || h.host || coalesce(' nic ' || c.nics, '') END AS channel

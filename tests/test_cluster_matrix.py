@@ -1,8 +1,9 @@
 """The validation matrix: jobs that differ from the one-group jobs in the ways real jobs do.
 
 Each job runs on two emulated hosts at 200 Mbit/s and at 1 Gbit/s in turn (several process groups,
-two ranks per host where a dimension stays inside a host, buckets of different sizes); ranks of one
-host talk over its own loopback, which nothing shapes. For each job the test checks what a user
+two ranks per host where a dimension stays inside a host, buckets of different sizes, sends that
+return before their data has gone: `isend`); ranks of one host talk over its own loopback, which
+nothing shapes. For each job the test checks what a user
 reads: which dimension's communication the steps waited for and over which link (the dimensions
 that cross hosts over the network, the others within a host), no utilisation above the line rate
 (each collective's, and the verdict's of the network while collectives moved data),
@@ -32,6 +33,7 @@ MATRIX = {
     "dp-tp": (2, {"dp": "inter", "tp": "intra"}),
     "fsdp-tp": (2, {"fsdp": "inter", "tp": "intra"}),
     "pp": (2, {"pp": "inter", "dp": "intra"}),
+    "pp-isend": (1, {"pp": "inter"}),
     "ep": (1, {"ep": "inter"}),
 }
 MATRIX_REPEATS = 2

@@ -14,7 +14,7 @@ from conftest import ingest_directly, table_rows, wirespeed
 from pipelines.analysis.replay import Cell, Model, Replay, Scenario, busbw_factors
 from pipelines.warehouse import sql
 from pipelines.warehouse.store import Warehouse
-from synthetic import BASE_NS, GlooCall, GlooRank, Kernel, Rank, write_gloo_run, write_nccl_logs, write_run
+from synthetic import BASE_NS, GlooCall, GlooRank, Kernel, Rank, ns, write_gloo_run, write_nccl_logs, write_run
 
 MS = 1_000_000
 
@@ -207,6 +207,24 @@ def ingested_run(run) -> Warehouse:
     store.ensure()
     ingest_directly(store, run, "r", overrides={"link_gbps": 1})
     return store
+
+
+def test_a_send_that_outlived_its_receive_ends_with_it(tmp_path):
+    """A send's instance can end long after its data arrived: an `isend` ends when its rank waits
+    for it. Here the receive ends at 300 us, the send at 600. The transfer, and the send as the
+    replay reads it, end at 300 us: to the send's end, the link looked busy for 500 us where the
+    data took 200 (200,000 bits at 1 Gbit/s), and at 200 Mbit/s a pipeline of such sends came out
+    +25 %."""
+    p2p = {"name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "nelems": 6_250, "stream": 40}
+    store = ingested(tmp_path, [
+        Rank(0, "host-a", [(1, 0, 1_000)], [Kernel(0, 100), Kernel(100, 500, collective="send", **p2p)]),
+        Rank(1, "host-b", [(1, 0, 1_000)], [Kernel(0, 300, collective="recv", **p2p), Kernel(300, 100)]),
+    ], 2)
+    (synced,) = table_rows(store, "SELECT end_ns, transfer_end_ns FROM collective_sync")
+    assert (synced["end_ns"], synced["transfer_end_ns"]) == (ns(600), ns(300))
+    rows = table_rows(store, "SELECT op, end_ns, collective_end_ns, transfer_ns + rest_ns AS share_ns FROM whatif_inputs ORDER BY op")
+    assert [(row["op"], row["end_ns"], row["collective_end_ns"], row["share_ns"]) for row in rows] == [
+        ("recv", ns(300), ns(300), 200_000), ("send", ns(300), ns(300), 200_000)]
 
 
 def stream_wait_run(tmp_path, recorded: bool) -> Warehouse:
