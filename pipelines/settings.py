@@ -25,7 +25,7 @@ The patterns add to the built-in ones; they never replace them. Also:
     baseline_runs = 5            # the last this many earlier runs of the job, unless one is tagged baseline
     regression_p_max = 0.01      # one-sided Mann-Whitney p at most this ...
     step_change_min = 0.10       # ... and step time at least this much longer (relative),
-    share_change_min = 0.05      # exposed or waiting share this much larger (absolute),
+    share_change_min = 0.10      # exposed or waiting share this much larger (absolute),
     busbw_change_min = 0.25      # bus bandwidth of a collective kind this much lower (relative)
     severity = "warn"            # of the Dagster check that fails on a regression: "warn" or "error"
     alert_command = ["notify", "--channel", "training"]  # run with each regression as JSON on stdin
@@ -88,7 +88,7 @@ DEFAULT_REGRESSIONS = {
     "baseline_runs": 5,
     "regression_p_max": 0.01,
     "step_change_min": 0.10,
-    "share_change_min": 0.05,
+    "share_change_min": 0.10,
     "busbw_change_min": 0.25,
 }
 SEVERITIES = ("warn", "error")
