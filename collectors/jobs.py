@@ -14,6 +14,7 @@ much faster the step gets on a faster link.
     pp    two pipeline stages, GPipe: every micro-batch forward, then every one backward, with
           blocking send/recv of activations and gradients between the stages
     pp-isend  the same with `dist.isend`: a stage goes on computing while its sends go out
+    pp-schedule  the same stages under `torch.distributed.pipelining` (`Schedule1F1B`)
     ep    a top-1 mixture-of-experts layer, one expert per rank: all-to-all dispatch and combine
           (both directions of autograd), all-reduce of the router's gradients
     dp-tp    a 2-D mesh (`init_device_mesh`, dims dp and tp): tensor parallel over the ranks of a
@@ -290,6 +291,40 @@ def pp_job(layout: Layout, isend: bool = False) -> Step:
     return step
 
 
+def pp_schedule_job(layout: Layout) -> Step:
+    """The pipeline job's stages and micro-batches under `torch.distributed.pipelining`: a
+    `PipelineStage` per rank and `Schedule1F1B`, which sends with `batch_isend_irecv` and
+    alternates forward and backward micro-batches once the pipe is full."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    rank, world = layout.rank, layout.world
+    if world % 2:
+        raise ValueError("the pipeline job needs an even number of ranks")
+    half = world // 2
+    stage = rank // half
+    # One pipe per pair (r, r + world/2); beyond one pair, each stage's replicas average gradients.
+    pipes = [dist.new_group([r, r + half], group_desc=f"pp_pipe{r}") for r in range(half)] if half > 1 else [None]
+    stage_groups = [dist.new_group(list(range(s * half, (s + 1) * half)), group_desc=f"dp_stage{s}") for s in (0, 1)] if half > 1 else None
+    network = mlp(256, 2)
+    optimiser = torch.optim.SGD(network.parameters(), lr=0.01)
+    pipe = PipelineStage(network, stage, 2, torch.device("cpu"), group=pipes[rank % half])
+    schedule = Schedule1F1B(pipe, PP_MICRO_BATCHES, loss_fn=torch.nn.functional.mse_loss)
+    inputs, targets = torch.randn(1024 * PP_MICRO_BATCHES, 256), torch.randn(1024 * PP_MICRO_BATCHES, 256)
+
+    def step() -> None:
+        optimiser.zero_grad()
+        if stage == 0:
+            schedule.step(inputs)
+        else:
+            schedule.step(target=targets)
+        if stage_groups:
+            for parameter in network.parameters():
+                dist.all_reduce(parameter.grad, group=stage_groups[stage])
+        optimiser.step()
+
+    return step
+
+
 # --- expert parallel -----------------------------------------------------------------------------
 
 class AllToAll(torch.autograd.Function):
@@ -351,7 +386,7 @@ def ep_job(layout: Layout) -> Step:
 
 JOBS: dict[str, Callable[[Layout], Step]] = {
     "ddp": ddp_job, "ddp-buckets": ddp_buckets_job, "fsdp": fsdp_job, "tp": tp_job, "pp": pp_job,
-    "pp-isend": lambda layout: pp_job(layout, isend=True), "ep": ep_job,
+    "pp-isend": lambda layout: pp_job(layout, isend=True), "pp-schedule": pp_schedule_job, "ep": ep_job,
     "dp-tp": dp_tp_job, "fsdp-tp": fsdp_tp_job,
 }
 

@@ -26,8 +26,10 @@
 -- whose profiling windows start at different moments still match; a step annotation's instances
 -- are numbered from each rank's first, so those match where every trace starts at the same
 -- instance). Sends and receives are counted
--- per pair of ranks, so that the pairs of one group (stage 0's ranks each sending to their peer in
--- stage 1) are matched apart.
+-- per pair of ranks and direction, so that the pairs of one group (stage 0's ranks each sending to
+-- their peer in stage 1) are matched apart, and the k-th send from a rank to its peer is the k-th
+-- receive of the peer from it: a 1F1B schedule sends the next activation while the gradient of an
+-- earlier one comes back, and counted together, sends matched sends.
 --
 -- Where the run has NCCL logs, each instance is tied to its NCCL communicator: the one created on
 -- the same host and process with as many ranks as the group (the k-th group of a size in the trace
@@ -283,7 +285,12 @@ keyed AS (
   FROM (
     SELECT *,
       coalesce('pg ' || pg, 'stream ' || stream, 'unknown group')
-        || CASE WHEN peer IS NOT NULL THEN ' pair ' || least(rank, peer) || '-' || greatest(rank, peer) ELSE '' END AS group_key
+        || CASE
+             WHEN peer IS NULL THEN ''
+             WHEN op = 'send' THEN ' pair ' || rank || '>' || peer
+             WHEN op = 'recv' THEN ' pair ' || peer || '>' || rank
+             ELSE ' pair ' || least(rank, peer) || '-' || greatest(rank, peer)
+           END AS group_key
     FROM with_comm
   )
 )

@@ -2,13 +2,13 @@
 
 Each job runs on two emulated hosts at 200 Mbit/s and at 1 Gbit/s in turn (several process groups,
 two ranks per host where a dimension stays inside a host, buckets of different sizes, sends that
-return before their data has gone: `isend`); ranks of one host talk over its own loopback, which
-nothing shapes. For each job the test checks what a user
-reads: which dimension's communication the steps waited for and over which link (the dimensions
-that cross hosts over the network, the others within a host), no utilisation above the line rate
-(each collective's, and the verdict's of the network while collectives moved data),
-every exposed nanosecond in a group, the replay's prediction of the other rate's step, both ways,
-for every pair of a slow and a fast run, and `wirespeed compare` of the two runs naming the network
+return before their data has gone: `isend`, a 1F1B schedule of `torch.distributed.pipelining`);
+ranks of one host talk over its own loopback, which nothing shapes. For each job the test checks
+what a user reads: which dimension's communication the steps waited for and over which link (the
+dimensions that cross hosts over the network, the others within a host), no utilisation above the
+line rate (each collective's, and the verdict's of the network while collectives moved data), every
+exposed nanosecond in a group, the replay's prediction of the other rate's step, both ways, for
+every pair of a slow and a fast run, and `wirespeed compare` of the two runs naming the network
 dimension. It prints the figures.
 
 Predictions are judged as in test_replay.py, with the other run's compute in place of the run's
@@ -34,6 +34,7 @@ MATRIX = {
     "fsdp-tp": (2, {"fsdp": "inter", "tp": "intra"}),
     "pp": (2, {"pp": "inter", "dp": "intra"}),
     "pp-isend": (1, {"pp": "inter"}),
+    "pp-schedule": (1, {"pp": "inter"}),
     "ep": (1, {"ep": "inter"}),
 }
 MATRIX_REPEATS = 2

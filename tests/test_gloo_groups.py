@@ -86,6 +86,55 @@ def test_every_collective_of_a_two_dimensional_mesh_lands_in_its_group(tmp_path)
     assert not any(row["op_mismatch"] for row in sync)
 
 
+PIPELINE_JOB = textwrap.dedent('''
+    import os, socket, sys
+    import torch, torch.distributed as dist, torch.multiprocessing as mp
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    def run(rank, world, port, folder):
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        stage = PipelineStage(torch.nn.Linear(64, 64), rank, world, torch.device("cpu"))
+        schedule = Schedule1F1B(stage, 4, loss_fn=torch.nn.functional.mse_loss)
+        x, y = torch.randn(32, 64), torch.randn(32, 64)
+        with torch.profiler.profile(record_shapes=True, schedule=torch.profiler.schedule(wait=0, warmup=1, active=3),
+                                    on_trace_ready=lambda p: p.export_chrome_trace(os.path.join(folder, f"rank{rank}.json"))) as profiler:
+            for step in range(4):
+                schedule.step(x) if rank == 0 else schedule.step(target=y)
+                profiler.step()
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(run, args=(2, port, sys.argv[1]), nprocs=2)
+''')
+
+
+def test_a_1f1b_pipelines_sends_match_the_receives_going_their_way(tmp_path):
+    """`torch.distributed.pipelining`'s 1F1B schedule on two ranks: once the pipe is full, each
+    stage sends one way and receives the other at once. The k-th send from a rank to its peer is
+    the k-th receive of the peer from it; counted both ways together, sends matched sends."""
+    traces = tmp_path / "pipeline"
+    traces.mkdir()
+    job = tmp_path / "job.py"
+    job.write_text(PIPELINE_JOB)
+    subprocess.run([sys.executable, str(job), str(traces)], check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, traces, "pipeline")
+    pairs = table_rows(store, "SELECT c.collective_key, list(c.op ORDER BY c.op) AS ops, list(c.rank ORDER BY c.op) AS ranks "
+                              "FROM collectives AS c WHERE c.op IN ('send', 'recv') GROUP BY c.collective_key")
+    # Four micro-batches a step each way, three steps profiled.
+    assert len(pairs) == 24, pairs
+    assert all(row["ops"] == ["recv", "send"] and sorted(row["ranks"]) == [0, 1] for row in pairs), pairs
+    forward = [row for row in pairs if row["ranks"] == [1, 0]]  # rank 1 receives what rank 0 sent
+    assert len(forward) == 12
+
+
 def instances(rows: list[tuple]) -> pa.Table:
     """(rank, tid, start ms, end ms, op) rows as the step's query gives them, 1 MB each."""
     return pa.table({

@@ -9,7 +9,8 @@ measured: what a rank did between waits takes as long as it did. Only three thin
   host; each direction of a full-duplex link on its own) carries one transfer at a time, in the
   order they began, and is free again once a transfer is through: what else a collective takes
   (rest_ns) is its ranks' own work, while another group's transfer uses the link. A process
-  group's collectives over the same links run one after another, each to its end;
+  group's collectives over the same links run one after another, each to its end, and so do two
+  ranks' sends and receives, both ways (one connection carries them);
 * it takes its transfer at the new rate plus what the link would not shorten:
   d' = transfer_ns * scale + rest_ns (wire_ns + latency_ns, at full line rate, in place of
   transfer_ns + rest_ns when the scenario asks for it), where scale is the run's rate over the new one, over the compression
@@ -156,7 +157,14 @@ class Replay:
                 links[c].add(channel_ids.setdefault(channel, len(channel_ids)))
         ordered = [tuple(sorted(ids)) for ids in links]
         # A group's turn on the links it uses: one of its collectives at a time, each to its end.
-        self.lanes = [channel_ids.setdefault((str(pg), ids), len(channel_ids)) for pg, ids in zip(r["pg"][first], ordered)]
+        # Two ranks' sends and receives take turns both ways: their one connection carries the
+        # notice that a receive is ready behind the data going the other way.
+        pairs: list[set[int]] = [set() for _ in range(self.collectives)]
+        for i, c in enumerate(collective):
+            pairs[c].add(int(r["rank"][i]))
+        self.lanes = [channel_ids.setdefault((str(pg), tuple(sorted(pairs[c])) if self.op[i] in ("send", "recv") else ids),
+                                             len(channel_ids))
+                      for c, (i, pg, ids) in enumerate(zip(first, r["pg"][first], ordered))]
         self.links = [np.array(ids, dtype=int) for ids in ordered]
         self.waits_for = [np.array((*ids, lane)) for ids, lane in zip(ordered, self.lanes)]
         # What no link shortens, per collective: its rest as achieved, and the latency's difference
