@@ -234,6 +234,21 @@ def fsdp_tp_job(layout: Layout) -> Step:
 PP_MICRO_BATCHES = 4
 
 
+def stage_replicas(half: int) -> list | None:
+    """Beyond one pair of ranks, each pipeline stage's replicas (ranks [s * half, (s + 1) * half))
+    and a named group over them, `dp_stage<s>`, as pipeline x data parallel has."""
+    if half == 1:
+        return None
+    return [dist.new_group(list(range(s * half, (s + 1) * half)), group_desc=f"dp_stage{s}") for s in (0, 1)]
+
+
+def average_over(replicas: list | None, network: torch.nn.Module, stage: int) -> None:
+    """Sum the stage's gradients over its replicas, as data parallelism does (nothing with one)."""
+    if replicas:
+        for parameter in network.parameters():
+            dist.all_reduce(parameter.grad, group=replicas[stage])
+
+
 def pp_job(layout: Layout, isend: bool = False) -> Step:
     """Ranks [0, world/2) are stage 0, the rest stage 1, paired rank r with r + world/2.
 
@@ -246,8 +261,7 @@ def pp_job(layout: Layout, isend: bool = False) -> Step:
         raise ValueError("the pipeline job needs an even number of ranks")
     half = world // 2
     stage, peer = (0, rank + half) if rank < half else (1, rank - half)
-    # Beyond one pair, the replicas of a stage average their gradients over a named group.
-    stage_groups = [dist.new_group(list(range(s * half, (s + 1) * half)), group_desc=f"dp_stage{s}") for s in (0, 1)] if half > 1 else None
+    replicas = stage_replicas(half)
     network = mlp(256, 2)
     optimiser = torch.optim.SGD(network.parameters(), lr=0.01)
     inputs = [torch.randn(1024, 256) for _ in range(PP_MICRO_BATCHES)]
@@ -283,9 +297,7 @@ def pp_job(layout: Layout, isend: bool = False) -> Step:
                 send(received[micro].grad, sends)
         for request in sends:
             request.wait()
-        if stage_groups:
-            for parameter in network.parameters():
-                dist.all_reduce(parameter.grad, group=stage_groups[stage])
+        average_over(replicas, network, stage)
         optimiser.step()
 
     return step
@@ -302,9 +314,9 @@ def pp_schedule_job(layout: Layout) -> Step:
         raise ValueError("the pipeline job needs an even number of ranks")
     half = world // 2
     stage = rank // half
-    # One pipe per pair (r, r + world/2); beyond one pair, each stage's replicas average gradients.
+    # One pipe per pair (r, r + world/2).
     pipes = [dist.new_group([r, r + half], group_desc=f"pp_pipe{r}") for r in range(half)] if half > 1 else [None]
-    stage_groups = [dist.new_group(list(range(s * half, (s + 1) * half)), group_desc=f"dp_stage{s}") for s in (0, 1)] if half > 1 else None
+    replicas = stage_replicas(half)
     network = mlp(256, 2)
     optimiser = torch.optim.SGD(network.parameters(), lr=0.01)
     pipe = PipelineStage(network, stage, 2, torch.device("cpu"), group=pipes[rank % half])
@@ -317,9 +329,7 @@ def pp_schedule_job(layout: Layout) -> Step:
             schedule.step(inputs)
         else:
             schedule.step(target=targets)
-        if stage_groups:
-            for parameter in network.parameters():
-                dist.all_reduce(parameter.grad, group=stage_groups[stage])
+        average_over(replicas, network, stage)
         optimiser.step()
 
     return step
