@@ -285,11 +285,10 @@ keyed AS (
   FROM (
     SELECT *,
       coalesce('pg ' || pg, 'stream ' || stream, 'unknown group')
-        || CASE
+        || CASE  -- a peer is known only for a send or a receive
              WHEN peer IS NULL THEN ''
              WHEN op = 'send' THEN ' pair ' || rank || '>' || peer
-             WHEN op = 'recv' THEN ' pair ' || peer || '>' || rank
-             ELSE ' pair ' || least(rank, peer) || '-' || greatest(rank, peer)
+             ELSE ' pair ' || peer || '>' || rank
            END AS group_key
     FROM with_comm
   )

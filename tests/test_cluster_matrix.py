@@ -47,7 +47,7 @@ MATRIX_REPEATS = 2
 # every collective's extra kept fixed +46 to +108 %, dp x tp's scaled +25 %, a link held to each
 # collective's end +17 % in the median, a 110 ms wait left to no collective (its all-reduce's
 # annotation closed 0.07 ms after the rank resumed) +27 %, an `isend` held to its wait +25 %, a
-# 1F1B pipeline's sends matched with sends and its two ways at once -32 %.
+# 1F1B pipeline's sends matched with sends and its two ways at once −32 %.
 TOLERANCE = 0.15
 
 

@@ -59,16 +59,23 @@ MESH_JOB = textwrap.dedent('''
 PER_STEP = ["mesh_tp", "mesh_dp", "mesh_tp", "default_pg", "mesh_dp"]
 
 
-def test_every_collective_of_a_two_dimensional_mesh_lands_in_its_group(tmp_path):
-    traces = tmp_path / "mesh"
+def ingested_job(folder, script: str, run_id: str) -> Warehouse:
+    """`script` run on loopback (it writes each rank's trace to the folder it is given), its traces
+    ingested as `run_id` into a warehouse in `folder`."""
+    traces = folder / run_id
     traces.mkdir()
-    job = tmp_path / "job.py"
-    job.write_text(MESH_JOB)
+    job = folder / "job.py"
+    job.write_text(script)
     subprocess.run([sys.executable, str(job), str(traces)], check=True, capture_output=True, timeout=300,
                    env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
-    store = Warehouse(tmp_path / "warehouse")
+    store = Warehouse(folder / "warehouse")
     store.ensure()
-    ingest_directly(store, traces, "mesh")
+    ingest_directly(store, traces, run_id)
+    return store
+
+
+def test_every_collective_of_a_two_dimensional_mesh_lands_in_its_group(tmp_path):
+    store = ingested_job(tmp_path, MESH_JOB, "mesh")
     found = table_rows(store, "SELECT rank, step, pg_desc, op, peer, group_size FROM collectives ORDER BY rank, start_ns")
     for rank in range(4):
         mine = [row for row in found if row["rank"] == rank]
@@ -117,15 +124,7 @@ def test_a_1f1b_pipelines_sends_match_the_receives_going_their_way(tmp_path):
     """`torch.distributed.pipelining`'s 1F1B schedule on two ranks: once the pipe is full, each
     stage sends one way and receives the other at once. The k-th send from a rank to its peer is
     the k-th receive of the peer from it; counted both ways together, sends matched sends."""
-    traces = tmp_path / "pipeline"
-    traces.mkdir()
-    job = tmp_path / "job.py"
-    job.write_text(PIPELINE_JOB)
-    subprocess.run([sys.executable, str(job), str(traces)], check=True, capture_output=True, timeout=300,
-                   env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
-    store = Warehouse(tmp_path / "warehouse")
-    store.ensure()
-    ingest_directly(store, traces, "pipeline")
+    store = ingested_job(tmp_path, PIPELINE_JOB, "pipeline")
     pairs = table_rows(store, "SELECT c.collective_key, list(c.op ORDER BY c.op) AS ops, list(c.rank ORDER BY c.op) AS ranks "
                               "FROM collectives AS c WHERE c.op IN ('send', 'recv') GROUP BY c.collective_key")
     # Four micro-batches a step each way, three steps profiled.
