@@ -7,15 +7,20 @@
 -- a faster link shortens in proportion (`transfer_ns`) and what it does not (`rest_ns`), per link
 -- (`channel`): the ranks of one host share its network link, as `runs.link_gbps` is a NIC's,
 -- unless their NCCL logs put them on NICs of their own (`collectives.nics`); within a host each
--- rank has its own. Collectives whose begin-to-end spans overlap on one link form a busy period;
--- each takes the part of the period that its bits, 8 S f, are of the period's (the least such part
--- on any of its links; equal parts where a size is unknown; f is the bus-bandwidth factor of its op
--- and group size). An equal part each made a 2 KB bucket as long as the 1 MB buckets beside it.
+-- rank has its own. Collectives whose begin-to-end spans overlap on one link, one way (links are
+-- full duplex: a send goes out, a receive comes in, any other op both), form a busy period; two
+-- ranks' point-to-point transfers take turns on their one connection, so each counts from when the
+-- last of theirs that ended before it did. Each takes the part of the period that its bits, 8 S f,
+-- are of the period's (the least such part on any of its links; equal parts where a size is
+-- unknown; f is the bus-bandwidth factor of its op and group size). An equal part each made a
+-- 2 KB bucket as long as the 1 MB buckets beside it; one period for both ways gave a 1F1B
+-- pipeline's transfers half their time.
 -- w, the period's bits at the line rate over its length, is the part of it the link needed. What a
 -- share took beyond its part w stays (`rest_ns`), by the first rule that applies:
 --   1. the CPU's, all of it, where the rate is known and the host's CPUs were saturated (at least
 --      `cpu_saturated_share()` busy, or not sampled);
---   2. the host's, for gloo on a host whose ranks also talk among themselves (their transfers load
+--   2. the host's, for a gloo collective (not a point-to-point transfer, which has its way to
+--      itself) on a host whose ranks also talk among themselves (their transfers load
 --      the same TCP stack and CPUs, which no NIC speeds up): what its bits took beyond the line
 --      rate at the most the host's link carried for any op. An op that carried less (its periods'
 --      w over the best op's, its efficiency, at least `protocol_least_efficiency()`) lost the
@@ -117,20 +122,36 @@ wired AS (
     2 * (end_ns - begin_ns) >= collective_end_ns - begin_ns AS tied
   FROM instances
 ),
+turns AS (
+  -- Two ranks' point-to-point transfers take turns on their one connection, both ways: gloo sends
+  -- once the receiver's notice that it is ready has come the other way, behind the data going that
+  -- way. So a transfer's own time starts when the last of the pair's transfers that ended before
+  -- it did (a 1F1B activation sent as its gradient came back took both their times).
+  SELECT collective_key, greatest(begin_ns, coalesce(max(collective_end_ns) OVER (
+      PARTITION BY pg, low, high ORDER BY collective_end_ns, collective_key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ), begin_ns)) AS turn_ns
+  FROM (SELECT collective_key, any_value(pg) AS pg, min(rank) AS low, max(rank) AS high, any_value(begin_ns) AS begin_ns,
+          any_value(collective_end_ns) AS collective_end_ns
+        FROM wired WHERE op IN ('send', 'recv') GROUP BY collective_key)
+),
 on_channel AS (
-  -- Each collective once on each link it uses: ranks of one host share its network link.
-  SELECT DISTINCT collective_key, op, timeline, channel, host, link, link_gbps, begin_ns, collective_end_ns, bits FROM wired
+  -- Each collective once on each link it uses, each way (ranks of one host share its network
+  -- link, full duplex), from its turn: a send goes out, a receive comes in, any other op both.
+  SELECT DISTINCT w.collective_key, op, timeline, channel, host, link, link_gbps,
+    least(coalesce(t.turn_ns, w.begin_ns), w.collective_end_ns) AS begin_ns, collective_end_ns, bits,
+    unnest(CASE op WHEN 'send' THEN ['out'] WHEN 'recv' THEN ['in'] ELSE ['out', 'in'] END) AS way
+  FROM wired AS w LEFT JOIN turns AS t USING (collective_key)
 ),
 busy_starts AS (
   SELECT
     *,
     CASE WHEN begin_ns < max(collective_end_ns) OVER (
-      PARTITION BY channel, link ORDER BY begin_ns, collective_key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+      PARTITION BY channel, link, way ORDER BY begin_ns, collective_key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     ) THEN 0 ELSE 1 END AS opens
   FROM on_channel
 ),
 busy AS (
-  SELECT *, sum(opens) OVER (PARTITION BY channel, link ORDER BY begin_ns, collective_key ROWS UNBOUNDED PRECEDING) AS period
+  SELECT *, sum(opens) OVER (PARTITION BY channel, link, way ORDER BY begin_ns, collective_key ROWS UNBOUNDED PRECEDING) AS period
   FROM busy_starts
 ),
 shared AS (
@@ -143,7 +164,7 @@ shared AS (
     (max(collective_end_ns) OVER p - min(begin_ns) OVER p)
       * CASE WHEN bool_and(bits > 0) OVER p THEN bits / sum(bits) OVER p ELSE 1.0 / count(*) OVER p END AS period_share
   FROM busy
-  WINDOW p AS (PARTITION BY channel, link, period)
+  WINDOW p AS (PARTITION BY channel, link, way, period)
 ),
 cpu_windows AS (
   -- Each host's CPUs between two samples: busy and all ticks.
@@ -155,10 +176,10 @@ cpu_windows AS (
 ),
 host_cpu AS (
   -- How busy the host's CPUs were during each busy period of a link of known rate, where sampled.
-  SELECT p.channel, p.link, p.period, sum(c.busy) / nullif(sum(c.ticks), 0) AS cpu_busy
-  FROM (SELECT DISTINCT channel, host, link, period, period_start_ns, period_end_ns FROM shared WHERE link_gbps > 0) AS p
+  SELECT p.channel, p.link, p.way, p.period, sum(c.busy) / nullif(sum(c.ticks), 0) AS cpu_busy
+  FROM (SELECT DISTINCT channel, host, link, way, period, period_start_ns, period_end_ns FROM shared WHERE link_gbps > 0) AS p
   JOIN cpu_windows AS c ON c.host = p.host AND c.start_ns < p.period_end_ns AND c.end_ns > p.period_start_ns
-  GROUP BY p.channel, p.link, p.period
+  GROUP BY p.channel, p.link, p.way, p.period
 ),
 talking_hosts AS (
   -- Hosts whose gloo ranks also talk among themselves (collectives within the host, over loopback).
@@ -176,7 +197,7 @@ op_efficiency AS (
   SELECT channel, link, op, op_fraction / max(op_fraction) OVER (PARTITION BY channel, link) AS efficiency
   FROM (
     SELECT channel, link, op, sum(wire_fraction * period_ns) / sum(period_ns) AS op_fraction
-    FROM (SELECT DISTINCT channel, link, period, op, wire_fraction, period_ns FROM filled WHERE wire_fraction > 0)
+    FROM (SELECT DISTINCT channel, link, way, period, op, wire_fraction, period_ns FROM filled WHERE wire_fraction > 0)
     GROUP BY channel, link, op
   )
 ),
@@ -184,16 +205,18 @@ linked AS (
   -- The share of a period the link itself needed at its line rate, where the rest was the CPU's:
   -- its rate is known and the host's CPUs were not free (saturated, or not sampled). Where they had
   -- time to spare, what the period took beyond the link's bits is the protocol using the link
-  -- badly, which a faster link speeds up too (NULL: the latency line below decides), except on a
-  -- host whose gloo ranks also talk among themselves: there the host's (`host_fraction`) is what
-  -- its bits took beyond the line rate at the most any op carried on the link.
+  -- badly, which a faster link speeds up too (NULL: the latency line below decides), except for a
+  -- collective on a host whose gloo ranks also talk among themselves: there the host's
+  -- (`host_fraction`) is what its bits took beyond the line rate at the most any op carried on the
+  -- link. A point-to-point transfer keeps the latency rule: kept as the host's, the 2 % by which a
+  -- GPipe pipeline's transfers each way fell short of 200 Mbit/s were a tenth of each at 1 Gbit/s.
   SELECT s.*,
     CASE WHEN s.wire_fraction > 0 AND coalesce(c.cpu_busy, 1) >= cpu_saturated_share()
       THEN least(1.0, s.wire_fraction) END AS link_fraction,
-    CASE WHEN s.wire_fraction > 0 AND s.link = 'network' AND s.timeline = 'cpu' AND h.host IS NOT NULL
+    CASE WHEN s.wire_fraction > 0 AND s.link = 'network' AND s.timeline = 'cpu' AND h.host IS NOT NULL AND s.op NOT IN ('send', 'recv')
       THEN greatest(1.0 - s.wire_fraction / greatest(e.efficiency, protocol_least_efficiency()), 0) END AS host_fraction
   FROM filled AS s
-  LEFT JOIN host_cpu AS c USING (channel, link, period)
+  LEFT JOIN host_cpu AS c USING (channel, link, way, period)
   LEFT JOIN talking_hosts AS h ON h.host = s.host
   LEFT JOIN op_efficiency AS e USING (channel, link, op)
 ),

@@ -246,6 +246,31 @@ def test_a_send_that_outlived_its_receive_ends_with_it(tmp_path):
         ("recv", ns(300), ns(300), 200_000), ("send", ns(300), ns(300), 200_000)]
 
 
+def test_each_way_of_a_link_is_its_own_and_two_ranks_transfers_take_turns(tmp_path):
+    """Worked by hand: two hosts of two GPUs, 1 Gbit/s, 200,000 bits a transfer (200 us at the line
+    rate), a group per pipeline. Rank 0 sends to rank 2 while rank 3 sends to rank 1, both 0-200 us:
+    each host's link carries one of them out and the other in, each at the line rate, so each has
+    its 200 us. One busy period for both ways gave each half of it, and a 1F1B pipeline over two
+    ranks per host came out 19 % short at 200 Mbit/s from 1 Gbit/s. Then ranks 0 and 2 send to
+    each other: 2's transfer runs 310-510 us and 0's, from 300, ends at 710, having waited for it
+    (gloo sends once the receiver's notice has come the other way). From its turn, 0's took its
+    200 us; from its start, 410."""
+    def rank(number: int, transfers: list[tuple[float, float, str, str]]) -> Rank:
+        return Rank(number, f"host-{number // 2}", [(1, 0, 1_000)], [
+            Kernel(start, dur, "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", op, 6_250, pg=pg,
+                   stream=40 if op == "send" else 41) for start, dur, op, pg in transfers], pid=100 + number)
+
+    store = ingested(tmp_path, [
+        rank(0, [(0, 200, "send", "a"), (300, 410, "send", "a"), (310, 200, "recv", "a")]),
+        rank(1, [(0, 200, "recv", "b")]),
+        rank(2, [(0, 200, "recv", "a"), (300, 410, "recv", "a"), (310, 200, "send", "a")]),
+        rank(3, [(0, 200, "send", "b")]),
+    ], 4, groups={"a": [0, 2], "b": [1, 3]})
+    rows = table_rows(store, """SELECT DISTINCT collective_key, (begin_ns - min(begin_ns) OVER ()) // 1000 AS begin_us,
+                                  transfer_ns + rest_ns AS share_ns FROM whatif_inputs ORDER BY begin_us, collective_key""")
+    assert [(row["begin_us"], row["share_ns"]) for row in rows] == [(0, 200_000), (0, 200_000), (300, 200_000), (310, 200_000)]
+
+
 def stream_wait_run(tmp_path, recorded: bool) -> Warehouse:
     """Two GPUs on two hosts, 1 Gbit/s, one step: a matmul on stream 7 (0.2-10.2 ms), then a 1.25 MB
     all-reduce on stream 40 (10.2-20.2 ms, all transfer at the line rate), which stream 7 waits for
