@@ -173,7 +173,9 @@ def write_nccl_logs(folder: Path, ranks: list[Rank], groups: dict[str, list[int]
 class GlooCall:
     """A collective of a gloo job: the group's first worker thread runs its `gloo:<op>` annotation
     while the training thread is inside `c10d::<op>_`, over the same span where it blocks, else
-    (as DDP's bucket all-reduces) returning after `returns_after_us`."""
+    (as DDP's bucket all-reduces) returning after `returns_after_us`. A send or a receive runs on
+    the training thread, inside `c10d::send` or `c10d::recv_`, which names its `peer` (its rank in
+    the group)."""
 
     group: str
     start_us: float
@@ -181,6 +183,7 @@ class GlooCall:
     nelems: int
     op: str = "allreduce"
     returns_after_us: float | None = None
+    peer: int | None = None
 
 
 @dataclass
@@ -210,10 +213,13 @@ def write_gloo_run(folder: Path, ranks: list[GlooRank], world_size: int, groups:
                     "dur": length, "args": {"Input Dims": [[64, 64], [64, 64]]}} for at, length in rank.compute]
         for call in rank.calls:
             dims = [[call.nelems]]
-            events.append({"ph": "X", "cat": "cpu_op", "name": f"c10d::{call.op}_", "pid": rank.pid, "tid": rank.pid,
-                           "ts": call.start_us, "dur": call.returns_after_us or call.dur_us, "args": {"Input Dims": [dims]}})
+            point_to_point = call.op in ("send", "recv")
+            operator = {"send": "c10d::send", "recv": "c10d::recv_"}.get(call.op, f"c10d::{call.op}_")
+            args = {"Input Dims": [dims]} | ({"Concrete Inputs": ["", "", str(call.peer), ""]} if point_to_point else {})
+            events.append({"ph": "X", "cat": "cpu_op", "name": operator, "pid": rank.pid, "tid": rank.pid,
+                           "ts": call.start_us, "dur": call.returns_after_us or call.dur_us, "args": args})
             events.append({"ph": "X", "cat": "user_annotation", "name": f"gloo:{call.op.replace('allreduce', 'all_reduce')}",
-                           "pid": rank.pid, "tid": worker[call.group], "ts": call.start_us, "dur": call.dur_us,
-                           "args": {"Input Dims": dims, "Input type": ["float"]}})
+                           "pid": rank.pid, "tid": rank.pid if point_to_point else worker[call.group], "ts": call.start_us,
+                           "dur": call.dur_us, "args": {"Input Dims": dims, "Input type": ["float"]}})
         _write_trace(folder / f"rank{rank.rank}.json", "gloo", rank.rank, world_size, members, rank.host, events)
     return folder

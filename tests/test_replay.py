@@ -378,6 +378,22 @@ def test_a_gloo_transfer_keeps_on_any_link_what_it_took_beyond_its_bits_where_it
     assert (slower - own, faster - own) == pytest.approx((26, -13), abs=0.01)
 
 
+def test_a_point_to_point_transfer_between_talking_hosts_keeps_only_its_latency(tmp_path):
+    """Worked by hand. The hosts above (their tp groups talk over loopback, 1 Gbit/s, CPUs half
+    busy); rank 0 sends rank 2 1.25 MB in 12.5 ms, 80 % of the line rate, the way out of its host
+    to itself. What it took beyond its bits is its protocol's, which scales: at 0.5 Gbit/s the step
+    grows 12.5 ms, at 2 Gbit/s it shrinks 6.25. Kept as the hosts' (a collective's rule there),
+    2.5 ms stayed: GPipe's pipeline, whose transfers each way filled 98 % of 200 Mbit/s, came out
+    +11 % at 1 Gbit/s where it had been +1 %."""
+    store = talking_hosts_run(tmp_path / "run", [GlooCall("1", 12_200, 12_500, 312_500, "send", peer=1)], 24_800,
+                              received=[GlooCall("1", 12_200, 12_500, 312_500, "recv", peer=0)])
+    network = table_rows(store, "SELECT DISTINCT op, wire_ns, transfer_ns, rest_ns FROM whatif_inputs WHERE scope = 'inter' ORDER BY op")
+    assert network == [{"op": "recv", "wire_ns": 10 * MS, "transfer_ns": 12.5 * MS, "rest_ns": 0},
+                       {"op": "send", "wire_ns": 10 * MS, "transfer_ns": 12.5 * MS, "rest_ns": 0}]
+    own, slower, faster = (predicted(store, "r", gbps, ranks=4)["step_ms"] for gbps in (1.0, 0.5, 2.0))
+    assert (slower - own, faster - own) == pytest.approx((12.5, -6.25), abs=0.01)
+
+
 def test_where_the_host_filled_its_link_an_op_that_did_not_lost_the_difference_to_its_protocol(tmp_path):
     """Worked by hand. The hosts above (their tp groups talk over loopback, 1 Gbit/s, CPUs half
     busy); between them ranks 0 and 2 all-reduce 1.25 MB in 10 ms, its bits' time at the line rate,
@@ -465,19 +481,20 @@ def test_nccl_keeps_what_a_transfer_took_beyond_its_bits_as_the_protocols(tmp_pa
     assert network == [{"pg": "dp", "transfer_ns": 13 * MS, "rest_ns": 0}]
 
 
-def talking_hosts_run(run, network: list[GlooCall], second_tp_us: float) -> Warehouse:
+def talking_hosts_run(run, network: list[GlooCall], second_tp_us: float, received: list[GlooCall] | None = None) -> Warehouse:
     """Two hosts of two gloo ranks whose tp groups talk over loopback, ingested with CPUs half busy
     (`half_busy_run`). Each host's tp group all-reduces 1.25 MB at 10.2 ms and again at
-    `second_tp_us`, for 2 ms; between the two, ranks 0 and 2 make the `network` calls (group "1")
-    while ranks 1 and 3 compute 2 ms, then wait in the second tp all-reduce. The hosts' tp groups
-    end 50 us apart, so that their instances are told apart."""
+    `second_tp_us`, for 2 ms; between the two, ranks 0 and 2 make the `network` calls (group "1";
+    rank 2 the `received` ones where given) while ranks 1 and 3 compute 2 ms, then wait in the
+    second tp all-reduce. The hosts' tp groups end 50 us apart, so that their instances are told
+    apart."""
     ranks = []
     for rank in range(4):
         tp, crosses, late = "3" if rank < 2 else "4", rank % 2 == 0, 50 * (rank // 2)
         calls = [GlooCall(tp, 10_200, 2_000, 312_500)]
         compute = [(200, 10_000), (second_tp_us + 2_000 + late, 5_000)]
         if crosses:
-            calls += [*network, GlooCall(tp, second_tp_us, 2_000 + late, 312_500)]
+            calls += [*(network if rank == 0 or received is None else received), GlooCall(tp, second_tp_us, 2_000 + late, 312_500)]
         else:
             calls.append(GlooCall(tp, 14_200, second_tp_us + 2_000 + late - 14_200, 312_500))
             compute.append((12_200, 2_000))
