@@ -8,8 +8,8 @@ what a user reads: which dimension's communication the steps waited for and over
 dimensions that cross hosts over the network, the others within a host), no utilisation above the
 line rate (each collective's, and the verdict's of the network while collectives moved data), every
 exposed nanosecond in a group, the replay's prediction of the other rate's step, both ways, for
-every pair of a slow and a fast run, and `wirespeed compare` of the two runs naming the network
-dimension. It prints the figures.
+every pair of a slow and a fast run that the hypervisor left quiet (`LinkCost.judged`), and
+`wirespeed compare` of the two runs naming the network dimension. It prints the figures.
 
 Predictions are judged as in test_replay.py, with the other run's compute in place of the run's
 own (on this 2-core machine the same ops compute at different speeds in the two runs), each
@@ -96,7 +96,7 @@ def test_each_dimension_on_its_link_and_the_other_rate_predicted(cluster_runs, s
         if intra is not None:
             print(f"{job} {name}: collectives within a host (loopback, unshaped) reached {intra:.1f} Gbit/s of bus bandwidth")
 
-    # The other rate's step, both ways, for every pair of a slow and a fast run, judged in the
+    # The other rate's step, both ways, for every pair of a slow and a fast quiet run, judged in the
     # median over pairs (one quick run at 1 Gbit/s, 120 ms where the other took 132, put one pair
     # +28 %); a faster link never slows a run, a slower one never speeds it.
     ids = {slow.run_dir: runs["slow"], fast.run_dir: runs["fast"]}
@@ -105,9 +105,10 @@ def test_each_dimension_on_its_link_and_the_other_rate_predicted(cluster_runs, s
             ids[run.run_dir] = ingest_directly(store, run.run_dir)
     rate = {p.slow.run_dir: cost.slow_mbit / 1000 for p in cost.pairs} | {p.fast.run_dir: cost.fast_mbit / 1000 for p in cost.pairs}
     own = {d: replayed(store, ids[d], rate[d], ranks) for d in ids}
+    print(f"{job}: the hypervisor took " + ", ".join(f"{run.run_dir.name} {run.steal_share:.0%}" for run in cost.runs))
+    slows, fasts = cost.judged()
     errors = {"slow at fast": [], "fast at slow": []}
-    for pair_name, sources, targets in (("slow at fast", [p.slow for p in cost.pairs], [p.fast for p in cost.pairs]),
-                                        ("fast at slow", [p.fast for p in cost.pairs], [p.slow for p in cost.pairs])):
+    for pair_name, sources, targets in (("slow at fast", slows, fasts), ("fast at slow", fasts, slows)):
         for source in sources:
             for target in targets:
                 row = replayed(store, ids[source.run_dir], rate[target.run_dir], ranks)
