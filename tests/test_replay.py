@@ -253,8 +253,8 @@ def test_each_way_of_a_link_is_its_own_and_two_ranks_transfers_take_turns(tmp_pa
     its 200 us. One busy period for both ways gave each half of it, and a 1F1B pipeline over two
     ranks per host came out 19 % short at 200 Mbit/s from 1 Gbit/s. Then ranks 0 and 2 send to
     each other: 2's transfer runs 310-510 us and 0's, from 300, ends at 710, having waited for it
-    (gloo sends once the receiver's notice has come the other way). From its turn, 0's took its
-    200 us; from its start, 410."""
+    (two ranks' transfers take turns, as gloo's do: it sends once the receiver's notice has come
+    the other way). From its turn, 0's took its 200 us; from its start, 410."""
     def rank(number: int, transfers: list[tuple[float, float, str, str]]) -> Rank:
         return Rank(number, f"host-{number // 2}", [(1, 0, 1_000)], [
             Kernel(start, dur, "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", op, 6_250, pg=pg,
