@@ -39,7 +39,7 @@ MATRIX = {
 }
 # Three runs at each rate, nine pairs: in one live round of two, both of dp x tp's 1 Gbit/s runs had
 # its hosts reach their first bucket up to 40 ms apart, where its 200 Mbit/s runs had 2-23 ms, and
-# the median from 200 Mbit/s came out -15.2 % (every other live round lay within -7.0 and +7.3 %).
+# the median from 200 Mbit/s came out -15.2 % (every other round lay within -7.0 and +7.3 %).
 MATRIX_REPEATS = 3
 # Each prediction, the median over pairs of a slow and a fast run, within this of the step measured
 # at the other rate. The aim is 10 % and no pair beyond 20 %; on this shared 2-core machine, with
