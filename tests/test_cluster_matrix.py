@@ -37,8 +37,8 @@ MATRIX = {
     "pp-schedule": (1, {"pp": "inter"}),
     "ep": (1, {"ep": "inter"}),
 }
-# Three runs at each rate, nine pairs: in one live round of two, both of dp x tp's 1 Gbit/s runs had
-# its hosts reach their first bucket up to 40 ms apart, where its 200 Mbit/s runs had 2-23 ms, and
+# Three runs at each rate, nine pairs: in one live round of two, dp x tp's 1 Gbit/s runs had their
+# hosts reach the first bucket 32-44 ms apart in 4 of 12 steps (its 200 Mbit/s runs in 1 of 12), and
 # the median from 200 Mbit/s came out -15.2 % (every other round lay within -7.0 and +7.3 %).
 MATRIX_REPEATS = 3
 # Each prediction, the median over pairs of a slow and a fast run, within this of the step measured
