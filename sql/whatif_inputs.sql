@@ -8,13 +8,13 @@
 -- (`channel`): the ranks of one host share its network link, as `runs.link_gbps` is a NIC's,
 -- unless their NCCL logs put them on NICs of their own (`collectives.nics`); within a host each
 -- rank has its own. Collectives whose begin-to-end spans overlap on one link, one way (links are
--- full duplex: a send goes out, a receive comes in, any other op both), form a busy period; two
--- ranks' point-to-point transfers take turns on their one connection, so each counts from when the
--- last of theirs that ended before it did. Each takes the part of the period that its bits, 8 S f,
--- are of the period's (the least such part on any of its links; equal parts where a size is
--- unknown; f is the bus-bandwidth factor of its op and group size). An equal part each made a
--- 2 KB bucket as long as the 1 MB buckets beside it; one period for both ways gave a 1F1B
--- pipeline's transfers half their time.
+-- full duplex: a send goes out, a receive comes in, any other op both: `way`), form a busy
+-- period; two ranks' point-to-point transfers take turns on their one connection (`turn`), so
+-- each counts from when the last of theirs that ended before it did. Each takes the part of the
+-- period that its bits, 8 S f, are of the period's (the least such part on any of its links;
+-- equal parts where a size is unknown; f is the bus-bandwidth factor of its op and group size).
+-- An equal part each made a 2 KB bucket as long as the 1 MB buckets beside it; one period for
+-- both ways gave a 1F1B pipeline's transfers half their time.
 -- w, the period's bits at the line rate over its length, is the part of it the link needed. What a
 -- share took beyond its part w stays (`rest_ns`), by the first rule that applies:
 --   1. the CPU's, all of it, where the rate is known and the host's CPUs were saturated (at least
@@ -65,6 +65,11 @@
 --   channel VARCHAR  Whose link it is: 'host <name>' for the network (the host's ranks share its
 --       link), 'host <name> nic <n>[,<m>...]' where the NCCL logs name the NICs (the ranks on
 --       those NICs share them), 'rank <n>' for the link within a host or where the host is unknown.
+--   way VARCHAR  Which way of the full-duplex link it holds: 'out' for a send, 'in' for a receive,
+--       'both' for any other op.
+--   turn VARCHAR  For a point-to-point transfer, the connection whose turns it takes: its group and
+--       its two ranks ('<pg> ranks <low>,<high>'); NULL for a collective, which takes its group's
+--       turn on its links.
 --   start_ns BIGINT  When this rank arrived (its instance's start), ns since the Unix epoch.
 --   end_ns BIGINT  When its instance ended; a point-to-point one at the latest when its transfer did
 --       (an `isend` ends when its rank waits for it, maybe long after its data arrived).
@@ -119,7 +124,8 @@ wired AS (
     *,
     coalesce(8.0 * bytes * traffic_factor, 0) AS bits,
     coalesce(CAST(round(8 * bytes * traffic_factor / nullif(link_gbps, 0)) AS BIGINT), 0) AS wire_ns,
-    2 * (end_ns - begin_ns) >= collective_end_ns - begin_ns AS tied
+    2 * (end_ns - begin_ns) >= collective_end_ns - begin_ns AS tied,
+    CASE op WHEN 'send' THEN 'out' WHEN 'recv' THEN 'in' ELSE 'both' END AS way
   FROM instances
 ),
 turns AS (
@@ -127,20 +133,23 @@ turns AS (
   -- once the receiver's notice that it is ready has come the other way, behind the data going that
   -- way. So a transfer's own time starts when the last of the pair's transfers that ended before
   -- it did (a 1F1B activation sent as its gradient came back took both their times).
-  SELECT collective_key, greatest(begin_ns, coalesce(max(collective_end_ns) OVER (
-      PARTITION BY pg, low, high ORDER BY collective_end_ns, collective_key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+  SELECT collective_key, turn, greatest(begin_ns, coalesce(max(collective_end_ns) OVER (
+      PARTITION BY turn ORDER BY collective_end_ns, collective_key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     ), begin_ns)) AS turn_ns
-  FROM (SELECT collective_key, any_value(pg) AS pg, min(rank) AS low, max(rank) AS high, any_value(begin_ns) AS begin_ns,
-          any_value(collective_end_ns) AS collective_end_ns
-        FROM wired WHERE op IN ('send', 'recv') GROUP BY collective_key)
+  FROM (SELECT collective_key, concat(any_value(pg), ' ranks ', min(rank), ',', max(rank)) AS turn,
+          any_value(begin_ns) AS begin_ns, any_value(collective_end_ns) AS collective_end_ns
+        FROM wired WHERE way <> 'both' GROUP BY collective_key)
+),
+turned AS (
+  SELECT w.*, t.turn, t.turn_ns FROM wired AS w LEFT JOIN turns AS t USING (collective_key)
 ),
 on_channel AS (
-  -- Each collective once on each link it uses, each way (ranks of one host share its network
-  -- link, full duplex), from its turn: a send goes out, a receive comes in, any other op both.
-  SELECT DISTINCT w.collective_key, op, timeline, channel, host, link, link_gbps,
-    least(coalesce(t.turn_ns, w.begin_ns), w.collective_end_ns) AS begin_ns, collective_end_ns, bits,
-    unnest(CASE op WHEN 'send' THEN ['out'] WHEN 'recv' THEN ['in'] ELSE ['out', 'in'] END) AS way
-  FROM wired AS w LEFT JOIN turns AS t USING (collective_key)
+  -- Each collective once on each link it uses (ranks of one host share its network link), on each
+  -- way of it that it holds, from its turn.
+  SELECT DISTINCT collective_key, op, turn, timeline, channel, host, link, link_gbps,
+    least(coalesce(turn_ns, begin_ns), collective_end_ns) AS begin_ns, collective_end_ns, bits,
+    unnest(CASE way WHEN 'both' THEN ['out', 'in'] ELSE [way] END) AS way
+  FROM turned
 ),
 busy_starts AS (
   SELECT
@@ -213,7 +222,7 @@ linked AS (
   SELECT s.*,
     CASE WHEN s.wire_fraction > 0 AND coalesce(c.cpu_busy, 1) >= cpu_saturated_share()
       THEN least(1.0, s.wire_fraction) END AS link_fraction,
-    CASE WHEN s.wire_fraction > 0 AND s.link = 'network' AND s.timeline = 'cpu' AND h.host IS NOT NULL AND s.op NOT IN ('send', 'recv')
+    CASE WHEN s.wire_fraction > 0 AND s.link = 'network' AND s.timeline = 'cpu' AND h.host IS NOT NULL AND s.turn IS NULL
       THEN greatest(1.0 - s.wire_fraction / greatest(e.efficiency, protocol_least_efficiency()), 0) END AS host_fraction
   FROM filled AS s
   LEFT JOIN host_cpu AS c USING (channel, link, way, period)
@@ -245,7 +254,7 @@ rested AS (
     END AS rest_share,
     CASE WHEN s.bits = 0 THEN c.share_ns ELSE least(coalesce(l.latency_ns, 0), coalesce(c.slack_share_ns, c.share_ns)) END AS latency_share,
     c.share_ns
-  FROM wired AS s
+  FROM turned AS s
   JOIN collective_shares AS c USING (collective_key)
   LEFT JOIN latencies AS l ON l.op = s.op AND l.link = s.link
 ),
@@ -300,7 +309,7 @@ waits AS (
 SELECT
   getvariable('run_id') AS run_id,
   w.rank, w.step, w.collective_key, w.op, w.pg, w.dimension, w.scope, w.group_size, w.bytes, w.traffic_factor,
-  w.link_gbps, w.channel, w.start_ns, w.end_ns, w.begin_ns, w.collective_end_ns, w.bits, w.wire_ns,
+  w.link_gbps, w.channel, w.way, w.turn, w.start_ns, w.end_ns, w.begin_ns, w.collective_end_ns, w.bits, w.wire_ns,
   CAST(round(w.share_ns - w.rest_share) AS BIGINT) AS transfer_ns,
   CAST(round(w.rest_share) AS BIGINT) AS rest_ns,
   CAST(round(least(w.latency_share, w.rest_share)) AS BIGINT) AS latency_ns,

@@ -22,7 +22,8 @@ MS = 1_000_000
 def inputs(rows: list[dict]) -> pa.Table:
     """whatif_inputs rows, times in ms; what a case leaves out takes a default."""
     defaults = {"op": "allreduce", "pg": "0", "dimension": "tp", "scope": "inter", "group_size": 2, "bytes": 1,
-                "traffic_factor": 1.0, "link_gbps": 1.0, "rest_ns": 0, "tied": True, "waited_ns": 0, "slack_ns": None}
+                "traffic_factor": 1.0, "link_gbps": 1.0, "rest_ns": 0, "tied": True, "waited_ns": 0, "slack_ns": None,
+                "way": "both", "turn": None}
     full = [{**defaults, **row} for row in rows]
     for row in full:
         row.setdefault("channel", f"rank {row['rank']}")
@@ -143,8 +144,9 @@ def test_the_ranks_of_a_host_share_its_network_link(factors):
     for pair, (sender, receiver) in enumerate(((0, 2), (1, 3))):
         common = {"step": 1, "collective_key": f"p{pair}", "start_ns": 10, "end_ns": 50, "begin_ns": 10,
                   "collective_end_ns": 50, "transfer_ns": 20, "dimension": "pp"}
-        rows.append({**common, "rank": sender, "op": "send", "channel": "host a"})
-        rows.append({**common, "rank": receiver, "op": "recv", "channel": "host b", "waited_ns": 40})
+        turn = f"0 ranks {sender},{receiver}"
+        rows.append({**common, "rank": sender, "op": "send", "way": "out", "turn": turn, "channel": "host a"})
+        rows.append({**common, "rank": receiver, "op": "recv", "way": "in", "turn": turn, "channel": "host b", "waited_ns": 40})
     replay = Replay(inputs(rows), steps(100, 40, ranks=4), factors)
     step_ns, _ = replay.run([Scenario(1.0), Scenario(0.5)])
     assert (step_ns / MS).tolist() == [[100, 100], [100, 100], [100, 100], [100, 140]]
@@ -179,10 +181,11 @@ def test_two_ranks_sends_take_turns_both_ways(factors):
     rows = []
     for key, sender, receiver, ready, begin, end in (("B", 1, 0, 10, 10, 30), ("A", 0, 1, 5, 10.5, 50)):
         common = {"step": 1, "collective_key": key, "begin_ns": begin, "collective_end_ns": end, "transfer_ns": 20,
-                  "dimension": "pp"}
-        rows.append({**common, "rank": sender, "op": "send", "channel": f"host {sender}", "start_ns": ready,
+                  "dimension": "pp", "turn": "0 ranks 0,1"}
+        rows.append({**common, "rank": sender, "op": "send", "way": "out", "channel": f"host {sender}", "start_ns": ready,
                      "end_ns": ready + 0.1, "tied": False})
-        rows.append({**common, "rank": receiver, "op": "recv", "channel": f"host {receiver}", "start_ns": 5 if key == "B" else 10.5,
+        rows.append({**common, "rank": receiver, "op": "recv", "way": "in", "channel": f"host {receiver}",
+                     "start_ns": 5 if key == "B" else 10.5,
                      "end_ns": end, "waited_ns": end - (5 if key == "B" else 10.5)})
     step_ns, _ = Replay(inputs(rows), steps(100, 60), factors).run([Scenario(1.0), Scenario(0.5), Scenario(2.0)])
     assert (step_ns / MS).round(6).tolist() == [[100, 120, 90], [100, 140, 80]]
@@ -196,10 +199,10 @@ def test_a_late_rank_is_waited_for_and_a_buffered_send_is_not(factors):
          "collective_end_ns": 60, "transfer_ns": 20, "waited_ns": 30},
         {"rank": 1, "step": 1, "collective_key": "a", "start_ns": 40, "end_ns": 60, "begin_ns": 40,
          "collective_end_ns": 60, "transfer_ns": 20, "waited_ns": 20},
-        {"rank": 0, "step": 1, "collective_key": "s", "op": "send", "start_ns": 70, "end_ns": 70.1, "begin_ns": 70,
-         "collective_end_ns": 90, "transfer_ns": 20, "tied": False, "dimension": "pp"},
-        {"rank": 1, "step": 1, "collective_key": "s", "op": "recv", "start_ns": 65, "end_ns": 90, "begin_ns": 70,
-         "collective_end_ns": 90, "transfer_ns": 20, "waited_ns": 25, "dimension": "pp"},
+        {"rank": 0, "step": 1, "collective_key": "s", "op": "send", "way": "out", "turn": "0 ranks 0,1", "start_ns": 70,
+         "end_ns": 70.1, "begin_ns": 70, "collective_end_ns": 90, "transfer_ns": 20, "tied": False, "dimension": "pp"},
+        {"rank": 1, "step": 1, "collective_key": "s", "op": "recv", "way": "in", "turn": "0 ranks 0,1", "start_ns": 65,
+         "end_ns": 90, "begin_ns": 70, "collective_end_ns": 90, "transfer_ns": 20, "waited_ns": 25, "dimension": "pp"},
     ]
     step_ns, _ = Replay(inputs(rows), steps(100, 30), factors).run([Scenario(1.0), Scenario(2.0), Scenario(1e9)])
     assert (step_ns[:, 1] / MS).round(6).tolist() == [90, 80]
@@ -566,8 +569,9 @@ def test_a_faster_link_never_slows_a_step_and_a_slower_one_never_speeds_it(facto
     for k, (begin, dur, late, rest, waited, op, pg) in enumerate(cases):
         for rank in (0, 1):
             start = begin - (late if rank == 0 else 0)
+            point_to_point = {"op": ("send", "recv")[rank], "way": ("out", "in")[rank], "turn": f"{pg} ranks 0,1"}
             rows.append({"rank": rank, "step": 1, "collective_key": f"c{k}", "pg": pg,
-                         "op": op if op == "allreduce" else ("send", "recv")[rank],
+                         **({"op": op} if op == "allreduce" else point_to_point),
                          "start_ns": start, "end_ns": begin + dur, "begin_ns": begin, "collective_end_ns": begin + dur,
                          "transfer_ns": max(dur - rest, 0), "rest_ns": min(rest, dur),
                          "waited_ns": min(begin + dur - start, dur) if waited else 0, "tied": waited})

@@ -84,13 +84,11 @@ def busbw_factors(con) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     return factors
 
 
-def channels(channel: str, intra: bool, op: str) -> list[tuple]:
+def channels(channel: str, intra: bool, way: str) -> list[tuple]:
     """The one-way links a rank's part of a collective occupies (its host's for the network, its
-    own within the host): a send the link out, a receive the link in, any other op both (links are
-    full duplex)."""
+    own within the host): the ways of the full-duplex link that `whatif_inputs` says it holds."""
     link = "intra" if intra else "network"
-    directions = {"send": ("out",), "recv": ("in",)}.get(op, ("out", "in"))
-    return [(channel, link, direction) for direction in directions]
+    return [(channel, link, direction) for direction in (("out", "in") if way == "both" else (way,))]
 
 
 class Replay:
@@ -153,18 +151,13 @@ class Replay:
         channel_ids: dict[tuple, int] = {}
         links: list[set[int]] = [set() for _ in range(self.collectives)]
         for i, c in enumerate(collective):
-            for channel in channels(str(r["channel"][i]), bool(self.intra[i]), self.op[i]):
+            for channel in channels(str(r["channel"][i]), bool(self.intra[i]), str(r["way"][i])):
                 links[c].add(channel_ids.setdefault(channel, len(channel_ids)))
         ordered = [tuple(sorted(ids)) for ids in links]
-        # A group's turn on the links it uses: one of its collectives at a time, each to its end.
-        # Two ranks' sends and receives take turns both ways: their one connection carries the
-        # notice that a receive is ready behind the data going the other way.
-        pairs: list[set[int]] = [set() for _ in range(self.collectives)]
-        for i, c in enumerate(collective):
-            pairs[c].add(int(r["rank"][i]))
-        self.lanes = [channel_ids.setdefault((str(pg), tuple(sorted(pairs[c])) if self.op[i] in ("send", "recv") else ids),
-                                             len(channel_ids))
-                      for c, (i, pg, ids) in enumerate(zip(first, r["pg"][first], ordered))]
+        # A group's turn on the links it uses: one of its collectives at a time, each to its end; a
+        # point-to-point transfer's turn on its two ranks' connection, both ways (`turn`).
+        self.lanes = [channel_ids.setdefault(("turn", turn) if turn is not None else (str(pg), ids), len(channel_ids))
+                      for pg, turn, ids in zip(r["pg"][first], r["turn"][first], ordered)]
         self.links = [np.array(ids, dtype=int) for ids in ordered]
         self.waits_for = [np.array((*ids, lane)) for ids, lane in zip(ordered, self.lanes)]
         # What no link shortens, per collective: its rest as achieved, and the latency's difference
