@@ -8,10 +8,10 @@
 -- 'network'), or through the NICs its NCCL logs name (interface 'nic <n>[,<m>...]'; see
 -- collectives.nics); an intra-node one counts for each of the host's ranks, as traffic inside the
 -- host (interface 'intra-host'). A send leaves its host and a receive enters its host, so their
--- bytes go one way (`direction` 'tx' or 'rx'): a NIC carries as much each way at once, and a
--- pipeline's sends one way and its gradients' the other would otherwise add up to twice its rate.
--- Any other collective sends and receives alike ('both'). Collectives of ranks without a host are
--- left out.
+-- bytes go one way (`direction` 'out' or 'in', `link_way`): a NIC carries as much each way at
+-- once, and a pipeline's sends one way and its gradients' the other would otherwise add up to
+-- twice its rate. Any other collective sends and receives alike ('both'). Collectives of ranks
+-- without a host are left out.
 --
 -- Grain: one row per host, interface, collective and direction.
 --
@@ -19,7 +19,7 @@
 --   host VARCHAR  Host.
 --   interface VARCHAR  'network', 'nic <n>[,<m>...]' or 'intra-host'.
 --   collective_key VARCHAR  The matched collective (see collective_sync).
---   direction VARCHAR  'tx' (a send: out of the host), 'rx' (a receive: into it) or 'both'.
+--   direction VARCHAR  'out' (a send: out of the host), 'in' (a receive: into it) or 'both'.
 --   bytes DOUBLE  Bus-bandwidth bytes the host moved for it on that interface.
 --   transfer_start_ns BIGINT  Start of its transfer on the host, ns since the Unix epoch.
 --   transfer_end_ns BIGINT  End of its transfer on the host: when it last ended there.
@@ -30,7 +30,7 @@ SELECT
   h.host,
   CASE WHEN b.scope = 'intra' THEN 'intra-host' ELSE coalesce('nic ' || c.nics, 'network') END AS interface,
   b.collective_key,
-  CASE b.op WHEN 'send' THEN 'tx' WHEN 'recv' THEN 'rx' ELSE 'both' END AS direction,
+  link_way(b.op) AS direction,
   CASE WHEN b.scope = 'intra' THEN sum(b.bytes * busbw_factor(b.op, b.group_size))
        ELSE max(b.bytes * busbw_factor(b.op, b.group_size)) END AS bytes,
   max(b.start_ns + b.dur_ns) - max(b.transfer_ns) AS transfer_start_ns,

@@ -129,6 +129,14 @@ CREATE OR REPLACE MACRO busbw_factor(op, n) AS (
   END
 );
 
+-- Which way of a full-duplex link an op's bytes take: a send out of its rank's host, a receive
+-- into it, any other op both ('out', 'in', 'both'). A pipeline's activations going one way and
+-- its gradients the other share no way of the link (_host_traffic, whatif_inputs).
+CREATE OR REPLACE MACRO link_way(op) AS CASE op WHEN 'send' THEN 'out' WHEN 'recv' THEN 'in' ELSE 'both' END;
+
+-- The one-way links a `link_way` holds.
+CREATE OR REPLACE MACRO link_ways(way) AS CASE way WHEN 'both' THEN ['out', 'in'] ELSE [way] END;
+
 -- P(Z > z) for a standard normal Z: Abramowitz and Stegun 26.2.17, absolute error below 7.5e-8.
 CREATE OR REPLACE MACRO normal_tail(t, x) AS
   exp(-x * x / 2) / sqrt(2 * pi())

@@ -92,8 +92,8 @@ derived AS (
     i.interface,
     a.window_index * w.ns AS window_start_ns,
     (a.window_index + 1) * w.ns AS window_end_ns,
-    CAST(round(coalesce(sum(t.bytes) FILTER (WHERE t.direction <> 'tx'), 0)) AS BIGINT) AS rx_bytes,
-    CAST(round(coalesce(sum(t.bytes) FILTER (WHERE t.direction <> 'rx'), 0)) AS BIGINT) AS tx_bytes
+    CAST(round(coalesce(sum(t.bytes) FILTER (WHERE t.direction <> 'out'), 0)) AS BIGINT) AS rx_bytes,
+    CAST(round(coalesce(sum(t.bytes) FILTER (WHERE t.direction <> 'in'), 0)) AS BIGINT) AS tx_bytes
   FROM activity_windows AS a
   JOIN (SELECT DISTINCT host, interface FROM _host_traffic) AS i USING (host)
   CROSS JOIN window_size AS w

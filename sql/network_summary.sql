@@ -63,9 +63,9 @@ comm AS (
   GROUP BY ALL
 ),
 ways AS (
-  -- Each transfer in each direction it takes: a send out, a receive in, anything else both.
+  -- Each transfer on each way of the link it takes.
   SELECT host, interface, way, bytes, transfer_start_ns, transfer_end_ns
-  FROM _host_traffic, unnest(CASE direction WHEN 'both' THEN ['tx', 'rx'] ELSE [direction] END) AS w(way)
+  FROM _host_traffic, unnest(link_ways(direction)) AS w(way)
 ),
 transfer_islands AS (
   -- Each transfer opens a new stretch of use where it starts after all earlier ones have ended.

@@ -65,8 +65,8 @@
 --   channel VARCHAR  Whose link it is: 'host <name>' for the network (the host's ranks share its
 --       link), 'host <name> nic <n>[,<m>...]' where the NCCL logs name the NICs (the ranks on
 --       those NICs share them), 'rank <n>' for the link within a host or where the host is unknown.
---   way VARCHAR  Which way of the full-duplex link it holds: 'out' for a send, 'in' for a receive,
---       'both' for any other op.
+--   way VARCHAR  Which way of the full-duplex link it holds (`link_way`): 'out' for a send, 'in'
+--       for a receive, 'both' for any other op.
 --   turn VARCHAR  For a point-to-point transfer, the connection whose turns it takes: its group and
 --       its two ranks ('<pg> ranks <low>,<high>'); NULL for a collective, which takes its group's
 --       turn on its links.
@@ -125,7 +125,7 @@ wired AS (
     coalesce(8.0 * bytes * traffic_factor, 0) AS bits,
     coalesce(CAST(round(8 * bytes * traffic_factor / nullif(link_gbps, 0)) AS BIGINT), 0) AS wire_ns,
     2 * (end_ns - begin_ns) >= collective_end_ns - begin_ns AS tied,
-    CASE op WHEN 'send' THEN 'out' WHEN 'recv' THEN 'in' ELSE 'both' END AS way
+    link_way(op) AS way
   FROM instances
 ),
 turns AS (
@@ -148,7 +148,7 @@ on_channel AS (
   -- way of it that it holds, from its turn.
   SELECT DISTINCT collective_key, op, turn, timeline, channel, host, link, link_gbps,
     least(coalesce(turn_ns, begin_ns), collective_end_ns) AS begin_ns, collective_end_ns, bits,
-    unnest(CASE way WHEN 'both' THEN ['out', 'in'] ELSE [way] END) AS way
+    unnest(link_ways(way)) AS way
   FROM turned
 ),
 busy_starts AS (

@@ -167,8 +167,8 @@ def summarise_network(host_traffic: str, window: str) -> dict:
 def test_a_hosts_sends_out_and_receives_in_at_once_each_take_their_own_direction():
     """A NIC carries as much each way at once: a pipeline stage's 10 Mbit send out and the 10 Mbit
     receive in beside it, both over the same 10 ms, use 1 Gbit/s of a 1 Gbit/s link, not twice it."""
-    summary = summarise_network("""('host-a', 'network', 'forward', 'tx', 1.25e6, 0, 10_000_000),
-        ('host-a', 'network', 'backward', 'rx', 1.25e6, 0, 10_000_000),
+    summary = summarise_network("""('host-a', 'network', 'forward', 'out', 1.25e6, 0, 10_000_000),
+        ('host-a', 'network', 'backward', 'in', 1.25e6, 0, 10_000_000),
         ('host-a', 'network', 'gradients', 'both', 1.25e6, 20_000_000, 30_000_000)""",
                                 "(2_500_000, 2_500_000, 100_000_000, 0.2)")
     # Each way: 10 Mbit in 10 ms, then the all-reduce's 10 Mbit in another 10 ms.
@@ -232,7 +232,7 @@ def test_a_host_measured_above_its_line_rate_reads_the_line_rate_and_says_why():
     """A pipeline's send is timed from its later start to its receive's end, on two hosts' clocks:
     20 Mbit in 10 ms reads 2 Gbit/s on a 1 Gbit/s link. Utilisation stays at 1, and the row says
     why it measured more."""
-    summary = summarise_network("('host-a', 'network', 'forward', 'tx', 2.5e6, 0, 10_000_000)",
+    summary = summarise_network("('host-a', 'network', 'forward', 'out', 2.5e6, 0, 10_000_000)",
                                 "(0, 2_500_000, 10_000_000, 1.0)")
     assert summary["transfer_gbps"] == pytest.approx(2.0) and summary["peak_gbps"] == pytest.approx(2.0)
     assert [summary[c] for c in ("transfer_utilization", "peak_utilization", "mean_utilization")] == [1.0, 1.0, 1.0]
@@ -252,8 +252,8 @@ def test_a_window_measured_above_its_line_rate_reads_the_line_rate_and_says_why(
         con.execute("CREATE TEMP TABLE ranks AS SELECT 0 AS rank, 'host-a' AS host")
         con.execute("CREATE TEMP TABLE rank_breakdown AS SELECT 0 AS rank, 0 AS span_start_ns, 200_000_000 AS span_end_ns")
         con.execute("""CREATE TEMP TABLE _host_traffic AS SELECT * FROM (VALUES
-            ('host-a', 'network', 'forward', 'tx', 25e6, 0, 100_000_000),
-            ('host-a', 'network', 'backward', 'tx', 6.25e6, 100_000_000, 200_000_000))
+            ('host-a', 'network', 'forward', 'out', 25e6, 0, 100_000_000),
+            ('host-a', 'network', 'backward', 'out', 6.25e6, 100_000_000, 200_000_000))
             AS t(host, interface, collective_key, direction, bytes, transfer_start_ns, transfer_end_ns)""")
         windows = con.execute(f"SELECT utilization, utilization_note FROM ({sql.table('net_utilization').query}) "
                               "ORDER BY window_start_ns").fetchall()
