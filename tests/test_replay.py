@@ -272,6 +272,14 @@ def test_each_way_of_a_link_is_its_own_and_two_ranks_transfers_take_turns(tmp_pa
     rows = table_rows(store, """SELECT DISTINCT collective_key, (begin_ns - min(begin_ns) OVER ()) // 1000 AS begin_us,
                                   transfer_ns + rest_ns AS share_ns FROM whatif_inputs ORDER BY begin_us, collective_key""")
     assert [(row["begin_us"], row["share_ns"]) for row in rows] == [(0, 200_000), (0, 200_000), (300, 200_000), (310, 200_000)]
+    # What the replay serves the links by: a send holds its host's link out, a receive in; the three
+    # transfers between ranks 0 and 2, either way, take turns on one connection, 1 and 3's on another.
+    ways = table_rows(store, "SELECT rank, op, way, turn FROM whatif_inputs ORDER BY rank, begin_ns")
+    assert all(row["way"] == {"send": "out", "recv": "in"}[row["op"]] for row in ways), ways
+    turns = {row["rank"]: set() for row in ways}
+    for row in ways:
+        turns[row["rank"]].add(row["turn"])
+    assert turns[0] == turns[2] and turns[1] == turns[3] and len(turns[0] | turns[1]) == 2 and None not in turns[0] | turns[1], ways
 
 
 def stream_wait_run(tmp_path, recorded: bool) -> Warehouse:
