@@ -95,6 +95,33 @@ def test_searches_per_dimension_and_link(factors):
     assert exposed == {"tp": pytest.approx(20 * MS / 2.25, abs=1), "fixed": 0}
 
 
+class Bent(Model):
+    """A step of 80 ms of compute, a transfer of 20/B ms at B Gbit/s, and one of 30/B that compute
+    hides until B falls below 2: a line in 1/B that bends."""
+
+    def __init__(self):
+        self.passes = 0
+
+    def scaling(self, scenarios):
+        self.passes += 1
+        rate = np.array([scenario.network_gbps for scenario in scenarios])
+        return 80 / (80 + 20 / rate + np.maximum(0, 30 / rate - 15))
+
+
+def test_a_search_finds_the_least_rate_that_reaches_its_target_past_a_bend():
+    """SF 0.9 needs B = 20 / 8.89 = 2.25, above the bend; SF 0.7 needs 50 / B - 15 = 34.29, below it.
+    Each rate found reaches its target and one a hundredth of a percent lower does not; a target
+    reached at the range's low end gives that end, one that no rate reaches gives None."""
+    model = Bent()
+    targets = (0.9, 0.7, 0.5, 1.01)
+    found = model.least([(lambda x: Scenario(x), target, (1.0 if target == 0.5 else 1e-3, 1e7)) for target in targets])
+    assert model.passes <= 11  # the ends, then at most ten passes, each narrowing the range fourfold
+    assert found[0] == pytest.approx(2.25, rel=1e-4) and found[1] == pytest.approx(50 / (80 / 0.7 - 65), rel=1e-4)
+    for rate, target in zip(found[:2], targets):
+        assert model.scaling([Scenario(rate)])[0] >= target > model.scaling([Scenario(rate * (1 - 1e-4))])[0]
+    assert found[2:] == [1.0, None]
+
+
 def test_searches_compress_one_dimension_and_speed_up_one_link(factors):
     """A 20 ms tensor-parallel all-reduce inside the host (100 Gbit/s), then a 20 ms data-parallel
     one over the network (1 Gbit/s), both waited for: t_1 = 60 ms of a 100 ms step. SF 0.7 needs
