@@ -613,7 +613,9 @@ def critical_paths(events: pa.Table, windows: dict[int, list[tuple[int, int, int
             for step, start, end in rank_windows:
                 by_step[step][rank] = (start, end)
     step_instances: dict[int, list[Instance]] = defaultdict(list)
-    for row in instances.to_pylist():
+    # Only the chosen steps' instances: a large run's others are most of them.
+    chosen_steps = pa.array(sorted(by_step), type=instances.schema.field("step").type)
+    for row in instances.filter(pc.is_in(instances.column("step"), value_set=chosen_steps)).to_pylist():
         step = row.pop("step")
         step_instances[step].append(Instance(**row))
     for step, step_windows in by_step.items():
