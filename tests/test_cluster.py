@@ -16,7 +16,7 @@ import pytest
 from collectors import rundir
 from collectors.launch import _last_to_finish, collect
 from conftest import CLUSTER_FAST_MBIT, CLUSTER_REPEATS, CLUSTER_SLOW_MBIT, REPO, demo_answers, require_cluster, wirespeed
-from pipelines.testbed.cluster import INTERFACE, Cluster
+from pipelines.testbed.cluster import INTERFACE, QUIET_STEAL_SHARE, Cluster, ClusterJobRun, LinkCost, RatePair
 
 BENCHMARK_RANGE = ipaddress.ip_network("198.18.0.0/15")
 PORT = 5201
@@ -75,6 +75,20 @@ def transfer_mbit(cluster: Cluster, sender: int, receiver: int, seconds: float) 
     server.wait(timeout=30)
     assert sent.returncode == 0, sent.stderr
     return float(sent.stdout)
+
+
+def test_each_rate_is_judged_on_its_quiet_runs_or_else_on_its_least_disturbed_one():
+    """Runs that lost more than QUIET_STEAL_SHARE of the CPUs are left out where their rate has a
+    quiet one; where none is quiet, the one with the shortest mean step stands for its rate."""
+    def run(name: str, step_ms: float, steal: float) -> ClusterJobRun:
+        return ClusterJobRun(Path(name), {0: [int(step_ms * 1e6)] * 8}, 0, steal)
+
+    quiet, loud = QUIET_STEAL_SHARE / 2, QUIET_STEAL_SHARE * 2
+    cost = LinkCost(200, 1000, (RatePair(run("s1", 400, loud), run("f1", 120, quiet)),
+                                RatePair(run("s2", 360, loud), run("f2", 110, loud)),
+                                RatePair(run("s3", 380, loud), run("f3", 130, quiet))))
+    slows, fasts = cost.judged()
+    assert [r.run_dir.name for r in slows] == ["s2"] and [r.run_dir.name for r in fasts] == ["f1", "f3"]
 
 
 @pytest.mark.usefixtures("needs_cluster")

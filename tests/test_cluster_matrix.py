@@ -8,7 +8,8 @@ what a user reads: which dimension's communication the steps waited for and over
 dimensions that cross hosts over the network, the others within a host), no utilisation above the
 line rate (each collective's, and the verdict's of the network while collectives moved data), every
 exposed nanosecond in a group, the replay's prediction of the other rate's step, both ways, for
-every pair of a slow and a fast run that the hypervisor left quiet (`LinkCost.judged`), and
+every pair of a slow and a fast run that the hypervisor left quiet (or each rate's least disturbed
+run, where it left none quiet: `LinkCost.judged`), and
 `wirespeed compare` of the two runs naming the network dimension. It prints the figures.
 
 Predictions are judged as in test_replay.py, with the other run's compute in place of the run's
