@@ -95,28 +95,36 @@ def test_searches_per_dimension_and_link(factors):
     assert exposed == {"tp": pytest.approx(20 * MS / 2.25, abs=1), "fixed": 0}
 
 
-class Bent(Model):
-    """A step of 80 ms of compute, a transfer of 20/B ms at B Gbit/s, and one of 30/B that compute
-    hides until B falls below 2: a line in 1/B that bends."""
+class Counted(Model):
+    """The replay's model, counting the replays its searches ask for."""
 
-    def __init__(self):
-        self.passes = 0
+    def __init__(self, replay: Replay, world_size: int):
+        super().__init__(replay, world_size)
+        self.replays = 0
 
     def scaling(self, scenarios):
-        self.passes += 1
-        rate = np.array([scenario.network_gbps for scenario in scenarios])
-        return 80 / (80 + 20 / rate + np.maximum(0, 30 / rate - 15))
+        self.replays += 1
+        return super().scaling(scenarios)
 
 
-def test_a_search_finds_the_least_rate_that_reaches_its_target_past_a_bend():
-    """SF 0.9 needs B = 20 / 8.89 = 2.25, above the bend; SF 0.7 needs 50 / B - 15 = 34.29, below it.
-    Each rate found reaches its target and one a hundredth of a percent lower does not; a target
-    reached at the range's low end gives that end, one that no rate reaches gives None."""
-    model = Bent()
-    targets = (0.9, 0.7, 0.5, 1.01)
+def test_a_search_finds_the_least_rate_that_reaches_its_target_past_a_bend(factors):
+    """Two ranks wait for all-reduce a (20-40 ms), then compute to 100 ms while b (50-65 ms) runs,
+    needed only by the step's end (35 ms of slack): t_1 = 80 ms. At scale s = 1/B the step is
+    100 + max(20 s - 20, 35 s - 70), bent at B = 0.3. SF 0.9 needs B = 20 / (20 - 11.1) = 2.25,
+    above the bend; SF 0.2 needs 35 s - 70 = 300, B = 35 / 370, below it. Each rate found reaches
+    its target and one a hundredth of a percent lower does not; a target reached at the range's low
+    end gives that end, one that no rate reaches gives None."""
+    rows = []
+    for rank in (0, 1):
+        rows.append({"rank": rank, "step": 1, "collective_key": "a", "start_ns": 20, "end_ns": 40, "begin_ns": 20,
+                     "collective_end_ns": 40, "transfer_ns": 20, "waited_ns": 20})
+        rows.append({"rank": rank, "step": 1, "collective_key": "b", "start_ns": 50, "end_ns": 65, "begin_ns": 50,
+                     "collective_end_ns": 65, "transfer_ns": 15, "slack_ns": 35 * MS})
+    model = Counted(Replay(inputs(rows), steps(100, 20), factors), 2)
+    targets = (0.9, 0.2, 0.5, 1.01)
     found = model.least([(lambda x: Scenario(x), target, (1.0 if target == 0.5 else 1e-3, 1e7)) for target in targets])
-    assert model.passes <= 11  # the ends, then at most ten passes, each narrowing the range fourfold
-    assert found[0] == pytest.approx(2.25, rel=1e-4) and found[1] == pytest.approx(50 / (80 / 0.7 - 65), rel=1e-4)
+    assert model.replays <= 11  # the ends, then at most ten passes, each narrowing the range fourfold
+    assert found[0] == pytest.approx(2.25, rel=1e-4) and found[1] == pytest.approx(35 / 370, rel=1e-4)
     for rate, target in zip(found[:2], targets):
         assert model.scaling([Scenario(rate)])[0] >= target > model.scaling([Scenario(rate * (1 - 1e-4))])[0]
     assert found[2:] == [1.0, None]
