@@ -132,19 +132,20 @@ CLUSTER_REPEATS = 3  # pairs of runs (slow, then fast); the checks take the medi
 
 @pytest.fixture(scope="session")
 def cluster_runs(tmp_path_factory):
-    """`cluster_runs(job, ranks_per_host=1, repeats=CLUSTER_REPEATS) -> LinkCost`: a `collectors.jobs`
-    job on two emulated hosts at 200 and 1000 Mbit/s, `repeats` times each in turn
-    (`pipelines.testbed.cluster.measure_link_cost`), once per session."""
+    """`cluster_runs(job, ranks_per_host=1, repeats=CLUSTER_REPEATS, rates_mbit=(200, 1000)) -> LinkCost`:
+    a `collectors.jobs` job on two emulated hosts at the slow and the fast rate, `repeats` times
+    each in turn (`pipelines.testbed.cluster.measure_link_cost`), once per session."""
     from pipelines.testbed.cluster import measure_link_cost
 
     landing = tmp_path_factory.mktemp("cluster-landing")
     measured: dict[tuple, object] = {}
 
-    def runs_of(job: str, ranks_per_host: int = 1, repeats: int = CLUSTER_REPEATS):
+    def runs_of(job: str, ranks_per_host: int = 1, repeats: int = CLUSTER_REPEATS,
+                rates_mbit: tuple[float, float] = (CLUSTER_SLOW_MBIT, CLUSTER_FAST_MBIT)):
         require_cluster()
-        if (job, ranks_per_host) not in measured:
-            measured[job, ranks_per_host] = measure_link_cost(job, landing, CLUSTER_SLOW_MBIT, CLUSTER_FAST_MBIT, repeats,
-                                                              ranks_per_host=ranks_per_host)
-        return measured[job, ranks_per_host]
+        key = (job, ranks_per_host, rates_mbit)
+        if key not in measured:
+            measured[key] = measure_link_cost(job, landing, *rates_mbit, repeats, ranks_per_host=ranks_per_host)
+        return measured[key]
 
     return runs_of
