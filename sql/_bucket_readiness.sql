@@ -21,7 +21,7 @@ WITH step_time_buckets AS (
   WHERE lookup_end_ns > start_ns
 ),
 bucket_width AS (
-  -- The steps' lookup buckets, and those of the compute lookup below: a 64th of them.
+  -- The steps' lookup buckets, and those of the launch lookups below: a 64th of them.
   SELECT any_value(bucket_ns) AS bucket_ns, any_value(bucket_ns) // 64 + 1 AS launch_bucket_ns FROM _step_spans
 ),
 cpu_ops AS (
@@ -73,14 +73,41 @@ computed_by AS (
   )
   GROUP BY rank, launched_ns
 ),
+launch_starts AS (
+  -- The earliest start among the device events launched in each bucket of a 64th of a step.
+  SELECT d.rank, d.launch_ns // w.launch_bucket_ns AS time_bucket, min(d.start_ns) AS start_ns
+  FROM launched_device_events AS d, bucket_width AS w
+  GROUP BY ALL
+),
+backward_spans AS (
+  -- From backward's start on the CPU to the end of the step's span, and the buckets it touches.
+  SELECT b.rank, b.step, b.backward_cpu_ns, greatest(s.start_ns, b.backward_cpu_ns) AS from_ns, s.lookup_end_ns AS to_ns,
+    greatest(s.start_ns, b.backward_cpu_ns) // w.launch_bucket_ns AS first_bucket,
+    (s.lookup_end_ns - 1) // w.launch_bucket_ns AS last_bucket
+  FROM _backward_starts AS b
+  JOIN _step_spans AS s USING (rank, step), bucket_width AS w
+  WHERE s.lookup_end_ns > greatest(s.start_ns, b.backward_cpu_ns)
+),
 device_backward AS (
-  -- The first device event launched between backward's start on the CPU and the step's end.
-  SELECT b.rank, b.step, b.backward_cpu_ns, min(d.start_ns) AS backward_start_ns
-  FROM (SELECT d.*, d.launch_ns // w.bucket_ns AS time_bucket FROM launched_device_events AS d, bucket_width AS w) AS d
-  JOIN step_time_buckets AS s
-    ON s.rank = d.rank AND s.time_bucket = d.time_bucket AND d.launch_ns >= s.start_ns AND d.launch_ns < s.lookup_end_ns
-  JOIN _backward_starts AS b ON b.rank = s.rank AND b.step = s.step AND d.launch_ns >= b.backward_cpu_ns
-  GROUP BY b.rank, b.step, b.backward_cpu_ns
+  -- The first device event launched between backward's start on the CPU and the step's end: the
+  -- earliest start of the buckets wholly inside (a rank's spans do not overlap, so a bucket lies
+  -- wholly inside the latest span to start before it, or none), and of each event launched inside
+  -- in the two at its ends (ten million device events: the table in 2.5-2.8 s, against 3.2-4.4 s
+  -- joining every event to its step).
+  SELECT rank, step, backward_cpu_ns, min(start_ns) AS backward_start_ns
+  FROM (
+    SELECT p.rank, p.step, p.backward_cpu_ns, l.start_ns
+    FROM launch_starts AS l
+    ASOF JOIN backward_spans AS p ON p.rank = l.rank AND l.time_bucket > p.first_bucket
+    WHERE l.time_bucket < p.last_bucket
+    UNION ALL
+    SELECT p.rank, p.step, p.backward_cpu_ns, d.start_ns
+    FROM (SELECT *, unnest(list_distinct([first_bucket, last_bucket])) AS time_bucket FROM backward_spans) AS p
+    JOIN (SELECT d.rank, d.launch_ns, d.start_ns, d.launch_ns // w.launch_bucket_ns AS time_bucket
+          FROM launched_device_events AS d, bucket_width AS w) AS d
+      ON d.rank = p.rank AND d.time_bucket = p.time_bucket AND d.launch_ns >= p.from_ns AND d.launch_ns < p.to_ns
+  )
+  GROUP BY ALL
 ),
 device_buckets AS (
   SELECT c.rank, c.step, c.collective_key, c.op, c.bytes, c.group_size,
