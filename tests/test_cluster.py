@@ -53,6 +53,37 @@ connection.recv(1)  # the receiver has read everything once it closes
 print(sent * 8 / (time.perf_counter() - started) / 1e6)
 """
 
+# Echoes a byte for each 1 MB it reads, 30 times.
+ECHO = """
+import socket
+listener = socket.create_server(("0.0.0.0", 5201))
+connection, _ = listener.accept()
+for _ in range(30):
+    left = 1 << 20
+    while left:
+        left -= len(connection.recv(left))
+    connection.sendall(b"k")
+"""
+
+# Sends 1 MB to argv[1] after 30 ms of idle link, 30 times; prints the median ms until each was read.
+BURSTS = """
+import socket, statistics, time
+for attempt in range(100):
+    try:
+        connection = socket.create_connection((__import__("sys").argv[1], 5201))
+        break
+    except ConnectionRefusedError:
+        time.sleep(0.05)
+took = []
+for _ in range(30):
+    time.sleep(0.03)
+    started = time.perf_counter()
+    connection.sendall(b"x" * (1 << 20))
+    connection.recv(1)
+    took.append((time.perf_counter() - started) * 1e3)
+print(statistics.median(took))
+"""
+
 
 @pytest.fixture
 def needs_cluster():
@@ -115,6 +146,19 @@ def test_the_set_rate_is_achieved_in_both_directions():
         back = transfer_mbit(cluster, 1, 0, seconds=2)
     for achieved in (there, back):
         assert abs(achieved / CLUSTER_SLOW_MBIT - 1) < 0.15, (there, back)
+
+
+@pytest.mark.usefixtures("needs_cluster")
+def test_a_send_after_an_idle_link_goes_no_faster_than_the_line_rate():
+    """A NIC serialises at its line rate however long it was idle: a full token bucket drained at
+    once let 1 MB arrive in 33 ms at 200 Mbit/s, where its bits take 42."""
+    with Cluster(hosts=2, link_mbit=CLUSTER_SLOW_MBIT) as cluster:
+        echo = cluster.popen(1, [sys.executable, "-c", ECHO])
+        sent = cluster.run(0, [sys.executable, "-c", BURSTS, cluster.hosts[1].address], timeout=60)
+        echo.wait(timeout=30)
+    assert sent.returncode == 0, sent.stderr
+    bits_ms = 8 * (1 << 20) / (CLUSTER_SLOW_MBIT * 1e6) * 1e3
+    assert float(sent.stdout) >= 0.9 * bits_ms, (sent.stdout, bits_ms)
 
 
 @pytest.mark.usefixtures("needs_cluster")

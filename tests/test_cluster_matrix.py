@@ -29,8 +29,7 @@ from pipelines.warehouse import rollups
 from pipelines.warehouse.store import Warehouse
 
 # job: ranks per host, the link each dimension's collectives use, and its two rates (Mbit/s).
-# ddp-buckets runs 10x apart, the others 5x (pp-isend 10x apart came out +12.5 and -16.4 %: the
-# emulated link's token bucket, docs/whatif.md); expert parallel's runs are test_cluster.py's too.
+# ddp-buckets runs 10x apart, the others 5x; expert parallel's runs are test_cluster.py's too.
 MATRIX = {
     "ddp-buckets": (1, {"dp": "inter"}, (100, 1000)),
     "dp-tp": (2, {"dp": "inter", "tp": "intra"}, (200, 1000)),

@@ -5,8 +5,9 @@ the network really holds to) cannot be tested on loopback. Each host here is a n
 with one NIC, `eth0` (one end of a veth pair), addressed 198.18.0.<i+1>/24 (198.18.0.0/15 is
 reserved for benchmarking, so no real network is ever addressed); the other end of every veth is
 a port of a bridge in a separate "switch" namespace. A token bucket (`tc ... tbf`) on both ends
-of each veth shapes the link in both directions. Processes started on a host also get their own
-UTS namespace, so `hostname` (and with it every per-host file in a run folder) differs per host.
+of each veth shapes the link in both directions, draining no faster than its line rate. Processes
+started on a host also get their own UTS namespace, so `hostname` (and with it every per-host file
+in a run folder) differs per host.
 
     with Cluster(hosts=2, link_mbit=200) as cluster:
         cluster.run(0, ["hostname"])            # -> host0
@@ -42,10 +43,16 @@ BRIDGE = "br0"
 # rate. It never holds less than four GSO super-packets: a bucket of one (64 KB) makes the kernel
 # burn CPU on every send while it refills (a 16 MB gloo all-reduce at 200 Mbit/s cost its process
 # 192 ms of system time with 64 KB, 16 ms with 250 KB, 8 ms at 1 Gbit/s), and on a small machine
-# that slows the job's compute whenever the link is slow.
+# that slows the job's compute whenever the link is slow. A full bucket drains at the peak rate, a
+# hair above line rate, as a NIC serialises it: drained at once, it let a 1 MB send after 30 ms idle
+# arrive in 6.0 ms at 1 Gbit/s (8.4 at line rate) and 32.8 ms at 200 Mbit/s (41.9); capped, 7.6 and
+# 38.8 ms. Its own bucket holds one GSO super-packet (40 such sends at 200 Mbit/s cost the sender
+# 23 ms of system time, 15 ms uncapped).
 TBF_BURST_S = 0.002
 TBF_MIN_BURST_BYTES = 256 * 1024
 TBF_LATENCY_MS = 50
+TBF_PEAK_RATE = 1.05  # times the line rate
+TBF_PEAK_BUCKET_BYTES = 70_000  # a 64 KB GSO super-packet and its headers
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -133,7 +140,8 @@ class Cluster:
     def _shape(self, namespace: str, device: str) -> None:
         burst = tbf_burst_bytes(self.link_mbit)
         _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, "root", "tbf",
-              "rate", f"{self.link_mbit}mbit", "burst", str(burst), "latency", f"{TBF_LATENCY_MS}ms"])
+              "rate", f"{self.link_mbit}mbit", "burst", str(burst), "latency", f"{TBF_LATENCY_MS}ms",
+              "peakrate", f"{self.link_mbit * TBF_PEAK_RATE}mbit", "mtu", str(TBF_PEAK_BUCKET_BYTES)])
 
     def teardown(self) -> None:
         """Stop every process started on a host, then delete every namespace (and so every link)."""
