@@ -256,7 +256,7 @@ def test_a_scheduler_killing_a_hung_job_still_leaves_every_dump(landing, warehou
 
 
 TORCH_DUMPS = """
-import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+import os, pickle, sys, time, torch, torch.distributed as dist, torch.multiprocessing as mp
 
 def run(rank, folder, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_FR_BUFFER_SIZE="100")
@@ -266,6 +266,12 @@ def run(rank, folder, port):
         dist.all_reduce(tensor)
     dist.broadcast(tensor, 0)
     c10d = torch._C._distributed_c10d
+    # gloo's worker retires the last entry after the caller has returned: both dumps wait for it,
+    # or they may catch that entry at two moments (one run's JSON and pickle rows of it differed).
+    deadline = time.monotonic() + 30
+    while not all(e["retired"] for e in pickle.loads(c10d._dump_fr_trace())["entries"]):
+        assert time.monotonic() < deadline, "the recorder never retired every entry"
+        time.sleep(0.01)
     with open(os.path.join(folder, "json", f"nccl_trace_rank_{rank}"), "wb") as out:
         out.write(c10d._dump_fr_trace_json())
     with open(os.path.join(folder, "pickle", f"nccl_trace_rank_{rank}"), "wb") as out:
