@@ -81,12 +81,9 @@ class Host:
     address: str
 
 
-def tbf_burst_bytes(link_mbit: float) -> int:
-    return max(TBF_MIN_BURST_BYTES, int(link_mbit * 1e6 / 8 * TBF_BURST_S))
-
-
-def tbf_peak_bucket_bytes(link_mbit: float) -> int:
-    return max(TBF_PEAK_MIN_BUCKET_BYTES, int(link_mbit * 1e6 / 8 * TBF_PEAK_BUCKET_S))
+def bucket_bytes(link_mbit: float, seconds: float, least: int) -> int:
+    """A token bucket holding `seconds` at the line rate, and at least `least` bytes."""
+    return max(least, int(link_mbit * 1e6 / 8 * seconds))
 
 
 class Cluster:
@@ -144,10 +141,11 @@ class Cluster:
         _ip("-n", namespace, "link", "set", "lo", "up")
 
     def _shape(self, namespace: str, device: str) -> None:
-        burst = tbf_burst_bytes(self.link_mbit)
+        burst = bucket_bytes(self.link_mbit, TBF_BURST_S, TBF_MIN_BURST_BYTES)
+        peak_bucket = bucket_bytes(self.link_mbit, TBF_PEAK_BUCKET_S, TBF_PEAK_MIN_BUCKET_BYTES)
         _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, "root", "tbf",
               "rate", f"{self.link_mbit}mbit", "burst", str(burst), "latency", f"{TBF_LATENCY_MS}ms",
-              "peakrate", f"{self.link_mbit * TBF_PEAK_RATE}mbit", "mtu", str(tbf_peak_bucket_bytes(self.link_mbit))])
+              "peakrate", f"{self.link_mbit * TBF_PEAK_RATE}mbit", "mtu", str(peak_bucket)])
 
     def teardown(self) -> None:
         """Stop every process started on a host, then delete every namespace (and so every link)."""
