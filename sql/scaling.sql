@@ -4,10 +4,13 @@
 -- is its run with the fewest ranks (the latest, if several): a single device ('device'), a single
 -- host ('node'), or, failing both, just the smallest run ('smallest run'; then SF compares against
 -- it, not against perfect scaling). With the per-device batch fixed (weak scaling), a run's
--- measured SF = baseline step time / its step time (median steps). Compute inflation compares the
--- median compute per step with the baseline's: the paper found compute grows by up to 15% with
--- the number of workers; more than `compute_inflation_max` means part of the scaling loss is
--- compute, not the network.
+-- measured SF = baseline step time / its step time (median steps), for runs with more ranks than
+-- the baseline; a single device's SF is 1. Any other run has nothing to scale against: two runs
+-- of one size at two line rates would give an SF above 1 (the faster link's run against the
+-- slower's), so its SF is NULL and the verdict estimates one. Compute inflation
+-- compares the median compute per step with the baseline's: the paper found compute grows by up
+-- to 15% with the number of workers; more than `compute_inflation_max` means part of the scaling
+-- loss is compute, not the network.
 --
 -- Grain: one row per run.
 --
@@ -22,9 +25,10 @@
 --   baseline_run_id VARCHAR  The job's baseline run.
 --   baseline_kind VARCHAR  'device', 'node' or 'smallest run'.
 --   baseline_world_size INTEGER  The baseline's ranks.
---   measured_sf DOUBLE  Baseline step / this run's step; 1 for the baseline itself; NULL when the
---       job has a single run.
---   compute_inflation DOUBLE  This run's compute per step over the baseline's, minus 1.
+--   measured_sf DOUBLE  Baseline step / this run's step, for a run with more ranks than the
+--       baseline; 1 for a single device; NULL otherwise, and when the job has a single run.
+--   compute_inflation DOUBLE  This run's compute per step over the baseline's, minus 1, for a run
+--       with more ranks than the baseline; 0 for the baseline of a job with other runs; NULL otherwise.
 --   compute_inflated BOOLEAN  Whether compute_inflation exceeds compute_inflation_max.
 WITH per_run AS (
   SELECT
@@ -65,11 +69,16 @@ SELECT
   b.baseline_world_size,
   CASE
     WHEN r.job_runs < 2 THEN NULL
-    WHEN r.run_id = b.baseline_run_id THEN 1.0
-    ELSE CAST(b.baseline_step_ns AS DOUBLE) / r.median_step_ns
+    WHEN r.world_size = 1 THEN 1.0
+    WHEN r.world_size > b.baseline_world_size THEN CAST(b.baseline_step_ns AS DOUBLE) / r.median_step_ns
   END AS measured_sf,
-  CASE WHEN r.job_runs > 1 THEN CAST(r.median_compute_ns AS DOUBLE) / b.baseline_compute_ns - 1 END AS compute_inflation,
-  CASE WHEN r.job_runs > 1 THEN CAST(r.median_compute_ns AS DOUBLE) / b.baseline_compute_ns - 1 > getvariable('compute_inflation_max') END AS compute_inflated
+  inflation AS compute_inflation,
+  inflation > getvariable('compute_inflation_max') AS compute_inflated
 FROM ranked AS r
-JOIN baselines AS b USING (job)
+JOIN baselines AS b USING (job),
+LATERAL (SELECT CASE
+  WHEN r.job_runs < 2 THEN NULL
+  WHEN r.run_id = b.baseline_run_id THEN 0.0
+  WHEN r.world_size > b.baseline_world_size THEN CAST(r.median_compute_ns AS DOUBLE) / b.baseline_compute_ns - 1
+END AS inflation)
 ORDER BY r.job, r.world_size, r.run_id

@@ -321,3 +321,39 @@ def test_scaling_against_the_jobs_baseline(tmp_path):
     assert two[:4] == ("two", "resnet", "one", "device")
     assert two[4] == pytest.approx(10 / 12.5) and two[5] == pytest.approx(0.19) and two[6] is True
     assert measured == pytest.approx(0.8)
+
+
+def test_runs_of_one_size_have_no_scaling_factor_against_each_other(tmp_path):
+    """Two 2-rank runs of a job (say at two line rates, 12.5 and 25 ms a step) have nothing to scale
+    against: the faster against the slower would read SF 2. A 4-rank run of the job scales against
+    the latest of them."""
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+
+    def run(name: str, world: int, compute_us: int, comm_us: int):
+        ranks = [Rank(r, f"host-{r}", [(1, 0, 30_000)], [
+            Kernel(0, compute_us, launch_us=0),
+            Kernel(compute_us, comm_us, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "allreduce", 1000, seq=1, stream=40, launch_us=1),
+        ]) for r in range(world)]
+        folder = write_run(tmp_path / name, ranks, world)
+        (folder / "traces").mkdir()
+        for trace in folder.glob("rank*.json"):
+            trace.rename(folder / "traces" / trace.name)
+        (folder / "manifest.json").write_text(json.dumps({"run_id": name, "world_size": world, "tags": {"job": "bert"}}))
+        ingest_directly(store, folder)
+
+    run("slow-link", 2, 10_000, 15_000)
+    run("fast-link", 2, 10_000, 2_500)
+    run("four", 4, 10_000, 5_000)
+    con = rollups.session(store, Settings())
+    rollups.recompute(con)
+    rows = {row[0]: row[1:] for row in con.execute(
+        "SELECT run_id, baseline_run_id, measured_sf, compute_inflation FROM scaling").fetchall()}
+    verdict = dict(con.execute("SELECT run_id, measured_sf FROM verdict").fetchall())
+    con.close()
+    assert rows["slow-link"][1] is None and rows["fast-link"][1] is None, rows
+    (baseline,) = {row[0] for row in rows.values()}
+    assert baseline == "fast-link"  # the latest of the fewest ranks
+    assert rows["fast-link"][2] == 0.0 and rows["slow-link"][2] is None
+    assert rows["four"][1] == pytest.approx(12.5 / 15) and rows["four"][2] == pytest.approx(0.0)
+    assert verdict == {"slow-link": None, "fast-link": None, "four": pytest.approx(12.5 / 15)}
