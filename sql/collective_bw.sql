@@ -13,7 +13,8 @@
 -- rate when one was given (else its utilisation is NULL and link_source says why); an inter-node
 -- one with the NIC's line rate; one of unknown scope is assumed to cross the network. A transfer
 -- measured faster than its link is not believed: its utilisation is 1 and `utilization_note` says
--- what the measure got wrong (a line rate given too low, two hosts' clocks apart).
+-- what the measure got wrong (a line rate given too low, two hosts' clocks apart, a sender's data
+-- buffered before its receiver arrived).
 --
 -- Where the Flight Recorder timed its collectives (fr_entries.duration_ns: NCCL with
 -- TORCH_NCCL_ENABLE_TIMING=1), those that no rank's trace covers join as well (`source` 'flight
@@ -143,6 +144,9 @@ SELECT
   CASE WHEN r.measured_utilization > 1 THEN over_line_rate(r.measured_utilization, r.link_gbps,
     CASE WHEN r.op IN ('send', 'recv') AND r.scope <> 'intra'
       THEN 'a send and its receive on two hosts are timed by two clocks (from the later start to the receive''s end), so clock skew shortens it'
+      WHEN r.op IN ('broadcast', 'scatter', 'reduce', 'gather')
+      THEN 'a rank that only sends can buffer its data before the last rank arrives, and the ranks'' clocks disagree, so the '
+        || 'time from the last arrival to the last end is not the whole transfer'
       ELSE 'the ranks'' clocks disagree, so the shortest instance is not the whole transfer'
     END)
   END AS utilization_note,

@@ -4,10 +4,13 @@
 -- they are matched). A blocking collective ends when its last rank arrives, so the shortest
 -- duration across ranks is the time the transfer
 -- itself took; every other rank waited for the rest (TraceLens and the old TensorBoard plugin use
--- the same split). A point-to-point pair is the exception: a send can return as soon as its data
--- is buffered, before the data has crossed the link, so its transfer is the receive's time from
--- the later of the two starts to its end (the data cannot arrive before it is sent). Start times
--- of different hosts compare only as well as their clocks agree.
+-- the same split). A rank that only sends is the exception: it can return as soon as its data is
+-- buffered, before the data has crossed the link. So a point-to-point pair's transfer is the
+-- receive's time from the later of the two starts to its end (the data cannot arrive before it
+-- is sent), and a rooted collective's (broadcast and scatter, whose root only sends; reduce and
+-- gather, whose other ranks only send) runs from the last rank's arrival to the last end: gloo's
+-- broadcast root returns a 4 MB send in a third of its time on the wire. Start times of
+-- different hosts compare only as well as their clocks agree.
 --
 -- Grain: one row per run and matched collective.
 --
@@ -33,7 +36,8 @@
 --   skew_ns BIGINT  last_start_ns - first_start_ns: how far apart the ranks arrived.
 --   last_rank INTEGER  The rank that arrived last (started latest).
 --   transfer_ns BIGINT  Shortest duration across ranks: the transfer, without waiting; for a
---       point-to-point pair, the receive's end less the later start.
+--       point-to-point pair, the receive's end less the later start; for a rooted collective,
+--       end_ns less last_start_ns.
 --   max_wait_ns BIGINT  Longest duration minus transfer_ns: the most any rank waited.
 --   total_wait_ns BIGINT  Sum over ranks of duration minus transfer_ns (none below 0).
 WITH matched AS (
@@ -61,7 +65,11 @@ WITH matched AS (
 timed AS (
   SELECT
     *,
-    CASE WHEN point_to_point THEN greatest(received_ns - last_start_ns, 0) ELSE shortest_ns END AS transfer_ns
+    CASE
+      WHEN point_to_point THEN greatest(received_ns - last_start_ns, 0)
+      WHEN op IN ('broadcast', 'scatter', 'reduce', 'gather') THEN greatest(end_ns - last_start_ns, 0)
+      ELSE shortest_ns
+    END AS transfer_ns
   FROM matched
 )
 SELECT

@@ -69,6 +69,25 @@ def test_transfer_wait_skew_and_last_rank(inter_node):
     }
 
 
+
+def test_a_broadcast_root_that_returns_once_its_data_is_buffered_does_not_time_the_transfer(tmp_path):
+    """The root hands 4 MB to its socket and returns after 5 us; the other rank, there from the
+    same instant, receives it in 45 us (40 us of bits at 800 Gbit/s). The transfer is 45 us, not 5,
+    and nobody waited."""
+    ranks = [
+        Rank(r, f"host-{r}", [(1, 0, 10_000)], [
+            Kernel(1000, dur, "ncclDevKernel_Broadcast_RING_LL", "broadcast", MB_FLOATS, seq=1, stream=40),
+        ]) for r, dur in ((0, 5), (1, 45))
+    ]
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, write_run(tmp_path / "run", ranks, 2), "bcast", overrides={"link_gbps": 800})
+    (synced,) = rows(store, "SELECT * FROM collective_sync")
+    assert synced["transfer_ns"] == 45_000 and synced["total_wait_ns"] == 0
+    for b in rows(store, "SELECT * FROM collective_bw"):
+        assert b["utilization"] == pytest.approx(32e6 / 45e3 / 800) and b["utilization_note"] is None
+        assert b["wait_ns"] == 0
+
 def test_bandwidth_formulas(inter_node):
     bw = {(b["rank"], b["op"]): b for b in rows(inter_node, "SELECT * FROM collective_bw")}
     allreduce = bw[(0, "allreduce")]
