@@ -8,6 +8,8 @@ much faster the step gets on a faster link.
     ddp   DistributedDataParallel MLP, 1 MB gradient buckets all-reduced during backward
     ddp-buckets  DistributedDataParallel, two gradient buckets of different sizes (2.1 and 4.2 MB)
           that gloo's worker threads all-reduce at the same time
+    zero  ZeRO stage 1: the ddp job's buckets, then each rank broadcasts the parameters whose
+          optimiser state it holds (`ZeroRedundancyOptimizer`)
     fsdp  FSDP2 (`fully_shard` per layer and on the root): all-gathers and reduce-scatters
     tp    Megatron tensor parallel MLP: column- then row-parallel linears, all-reduce of the
           activations in forward and of the input's gradient in backward
@@ -98,6 +100,24 @@ def ddp_job(layout: Layout) -> Step:
     network = DistributedDataParallel(mlp(1024, 2), bucket_cap_mb=1)
     inputs, targets = torch.randn(256, 1024), torch.randn(256, 1024)
     return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets))
+
+
+def zero_job(layout: Layout) -> Step:
+    """ZeRO stage 1: DistributedDataParallel's 1 MB buckets, then `ZeroRedundancyOptimizer` updates
+    each rank's share of the parameters and broadcasts it to the others (8.4 MB a step)."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel
+
+    network = DistributedDataParallel(mlp(1024, 2), bucket_cap_mb=1)
+    optimiser = ZeroRedundancyOptimizer(network.parameters(), optimizer_class=torch.optim.SGD, lr=0.01)
+    inputs, targets = torch.randn(256, 1024), torch.randn(256, 1024)
+
+    def step() -> None:
+        optimiser.zero_grad()
+        torch.nn.functional.mse_loss(network(inputs), targets).backward()
+        optimiser.step()
+
+    return step
 
 
 def ddp_buckets_job(layout: Layout) -> Step:
@@ -413,7 +433,7 @@ def ep_job(layout: Layout) -> Step:
 
 
 JOBS: dict[str, Callable[[Layout], Step]] = {
-    "ddp": ddp_job, "ddp-buckets": ddp_buckets_job, "fsdp": fsdp_job, "tp": tp_job, "pp": pp_job,
+    "ddp": ddp_job, "ddp-buckets": ddp_buckets_job, "zero": zero_job, "fsdp": fsdp_job, "tp": tp_job, "pp": pp_job,
     "pp-isend": lambda layout: pp_job(layout, isend=True), "pp-schedule": pp_schedule_job, "ep": ep_job,
     "dp-tp": dp_tp_job, "fsdp-tp": fsdp_tp_job, "hsdp": hsdp_job,
 }
