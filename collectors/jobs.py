@@ -23,6 +23,8 @@ much faster the step gets on a faster link.
           host, DistributedDataParallel over the hosts
     fsdp-tp  a 2-D mesh (dims fsdp and tp): tensor parallel over the ranks of a host, FSDP2 over
           the hosts
+    ep-dp    a 2-D mesh (dims dp and ep): the mixture of experts over the ranks of a host,
+          DistributedDataParallel over the hosts
     hsdp  FSDP2 on a 2-D mesh (dims replicate and shard), hybrid sharding: parameters sharded over
           the ranks of a host, gradients all-reduced over the hosts
 
@@ -216,11 +218,11 @@ def tp_job(layout: Layout) -> Step:
 
 # --- two-dimensional meshes: tensor parallel inside each host, data parallel across hosts -------
 
-def host_mesh(layout: Layout, outer: str):
-    """A (hosts, ranks per host) DeviceMesh with dims (`outer`, "tp"): each tp group is one host's ranks."""
+def host_mesh(layout: Layout, outer: str, inner: str = "tp"):
+    """A (hosts, ranks per host) DeviceMesh with dims (`outer`, `inner`): each inner group is one host's ranks."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    return init_device_mesh("cpu", (layout.world // layout.per_host, layout.per_host), mesh_dim_names=(outer, "tp"))
+    return init_device_mesh("cpu", (layout.world // layout.per_host, layout.per_host), mesh_dim_names=(outer, inner))
 
 
 def dp_tp_job(layout: Layout) -> Step:
@@ -379,25 +381,26 @@ class AllToAll(torch.autograd.Function):
     """Equal-split all-to-all; its gradient is the same exchange run backwards."""
 
     @staticmethod
-    def forward(ctx, tensor):
+    def forward(ctx, tensor, group):
+        ctx.group = group
         received = torch.empty_like(tensor)
-        dist.all_to_all_single(received, tensor.contiguous())
+        dist.all_to_all_single(received, tensor.contiguous(), group=group)
         return received
 
     @staticmethod
     def backward(ctx, gradient):
         received = torch.empty_like(gradient)
-        dist.all_to_all_single(received, gradient.contiguous())
-        return received
+        dist.all_to_all_single(received, gradient.contiguous(), group=ctx.group)
+        return received, None
 
 
 class MixtureOfExperts(torch.nn.Module):
     """Top-1 routing with a fixed capacity per expert (GShard): tokens over capacity are dropped,
     so every all-to-all has equal splits."""
 
-    def __init__(self, width: int, hidden: int, world: int):
+    def __init__(self, width: int, hidden: int, world: int, group=None):
         super().__init__()
-        self.world = world
+        self.world, self.group = world, group
         self.router = torch.nn.Linear(width, world)
         self.expert = torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, width))
 
@@ -408,8 +411,8 @@ class MixtureOfExperts(torch.nn.Module):
         dispatch = tokens.new_zeros(self.world, capacity, tokens.shape[1])
         for e, index in enumerate(slots):
             dispatch[e, : len(index)] = tokens[index]
-        arrived = AllToAll.apply(dispatch.reshape(-1, tokens.shape[1]))
-        returned = AllToAll.apply(self.expert(arrived)).reshape(self.world, capacity, -1)
+        arrived = AllToAll.apply(dispatch.reshape(-1, tokens.shape[1]), self.group)
+        returned = AllToAll.apply(self.expert(arrived), self.group).reshape(self.world, capacity, -1)
         combined = torch.zeros_like(tokens)
         for e, index in enumerate(slots):
             combined = combined.index_add(0, index, returned[e, : len(index)] * gate[index, None])
@@ -432,10 +435,23 @@ def ep_job(layout: Layout) -> Step:
     return step
 
 
+def ep_dp_job(layout: Layout) -> Step:
+    """The mixture of experts over each host's ranks (its all-to-alls stay inside the host), each
+    expert replicated on the other hosts: DistributedDataParallel over the ranks that hold the same
+    expert (4.2 MB of gradients in 1 MB buckets)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    mesh = host_mesh(layout, "dp", inner="ep")
+    layer = MixtureOfExperts(1024, 512, layout.per_host, mesh.get_group("ep"))
+    network = DistributedDataParallel(layer, process_group=mesh.get_group("dp"), bucket_cap_mb=1)
+    inputs, targets = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets))
+
+
 JOBS: dict[str, Callable[[Layout], Step]] = {
     "ddp": ddp_job, "ddp-buckets": ddp_buckets_job, "zero": zero_job, "fsdp": fsdp_job, "tp": tp_job, "pp": pp_job,
     "pp-isend": lambda layout: pp_job(layout, isend=True), "pp-schedule": pp_schedule_job, "ep": ep_job,
-    "dp-tp": dp_tp_job, "fsdp-tp": fsdp_tp_job, "hsdp": hsdp_job,
+    "dp-tp": dp_tp_job, "fsdp-tp": fsdp_tp_job, "hsdp": hsdp_job, "ep-dp": ep_dp_job,
 }
 
 
