@@ -12,6 +12,9 @@ every pair of a slow and a fast run that the hypervisor left quiet (or each rate
 run, where it left none quiet: `LinkCost.judged`), and
 `wirespeed compare` of the two runs naming the network dimension. It prints the figures.
 
+Two more meshes (FSDP2's hybrid sharding; experts within each host, data parallel across) run once
+each at the fast rate, for the link of each dimension.
+
 Predictions are judged as in test_replay.py, with the other run's compute in place of the run's
 own (on this 2-core machine the same ops compute at different speeds in the two runs), each
 direction in the median over its pairs, and printed raw too.
@@ -24,7 +27,7 @@ import statistics
 
 import pytest
 
-from conftest import ingest_directly, table_rows, wirespeed
+from conftest import ingest_directly, require_cluster, table_rows, wirespeed
 from pipelines.warehouse import rollups
 from pipelines.warehouse.store import Warehouse
 
@@ -54,6 +57,12 @@ MATRIX_REPEATS = 3
 # annotation closed 0.07 ms after the rank resumed) +27 %, an `isend` held to its wait +25 %, a
 # 1F1B pipeline's sends matched with sends and its two ways at once −32 %.
 TOLERANCE = 0.15
+# Meshes beyond the matrix, run once at 1 Gbit/s with two ranks per host: the link each dimension's
+# collectives use (their predictions at the other rate: docs/whatif.md, layouts outside the matrix).
+BEYOND = {
+    "hsdp": {"dp": "inter", "fsdp": "intra"},
+    "ep-dp": {"dp": "inter", "ep": "intra"},
+}
 
 
 def replayed(store: Warehouse, run_id: str, rates_gbps: list[float], ranks: int) -> dict[float, dict]:
@@ -160,3 +169,20 @@ def test_each_dimension_on_its_link_and_the_other_rate_predicted(cluster_runs, s
     compared = wirespeed("compare", runs["slow"], runs["fast"], "--warehouse", str(store.root)).stdout
     network = next(d for d, scope in scopes.items() if scope == "inter")
     assert f"largest change: exposed communication: {network} (network)" in compared, compared
+
+
+@pytest.mark.parametrize("job", list(BEYOND))
+def test_meshes_beyond_the_matrix_put_each_dimension_on_its_link(store, tmp_path, job):
+    require_cluster()
+    from pipelines.testbed.cluster import run_job
+
+    run_id = ingest_directly(store, run_job(job, 1000, tmp_path / "landing", ranks_per_host=2).run_dir)
+    rows = table_rows(store, """
+        SELECT dimension, scope, pg_desc, sum(exposed_comm_ns) AS ns, count(*) FILTER (WHERE pg IS NULL) AS groupless
+        FROM step_comm_groups WHERE run_id = ? GROUP BY ALL ORDER BY ns DESC""", [run_id])
+    print(f"{job}: exposed per dimension, group and link (ms): "
+          + ", ".join(f"{r['dimension']} ({r['pg_desc']}) {r['scope']} {r['ns'] / 1e6:.0f}" for r in rows))
+    assert {r["dimension"]: r["scope"] for r in rows} == BEYOND[job], rows
+    assert sum(r["groupless"] for r in rows) == 0
+    (over,) = table_rows(store, "SELECT count(*) AS n FROM collective_bw WHERE run_id = ? AND utilization > 1", [run_id])
+    assert over["n"] == 0
