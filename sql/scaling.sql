@@ -7,10 +7,10 @@
 -- measured SF = baseline step time / its step time (median steps), for runs with more ranks than
 -- the baseline; a single device's SF is 1. Any other run has nothing to scale against: two runs
 -- of one size at two line rates would give an SF above 1 (the faster link's run against the
--- slower's), so its SF is NULL and the verdict estimates one. Compute inflation
--- compares the median compute per step with the baseline's: the paper found compute grows by up
--- to 15% with the number of workers; more than `compute_inflation_max` means part of the scaling
--- loss is compute, not the network.
+-- slower's), so its SF is NULL and the verdict estimates one. Compute inflation compares the
+-- median compute per step with the baseline's: the paper found compute grows by up to 15% with
+-- the number of workers; more than `compute_inflation_max` means part of the scaling loss is
+-- compute, not the network.
 --
 -- Grain: one row per run.
 --
