@@ -144,7 +144,7 @@ SELECT
   CASE WHEN r.measured_utilization > 1 THEN over_line_rate(r.measured_utilization, r.link_gbps,
     CASE WHEN r.op IN ('send', 'recv') AND r.scope <> 'intra'
       THEN 'a send and its receive on two hosts are timed by two clocks (from the later start to the receive''s end), so clock skew shortens it'
-      WHEN r.op IN ('broadcast', 'scatter', 'reduce', 'gather')
+      WHEN is_rooted(r.op)
       THEN 'a rank that only sends can buffer its data before the last rank arrives, and the ranks'' clocks disagree, so the '
         || 'time from the last arrival to the last end is not the whole transfer'
       ELSE 'the ranks'' clocks disagree, so the shortest instance is not the whole transfer'

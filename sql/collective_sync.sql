@@ -67,7 +67,7 @@ timed AS (
     *,
     CASE
       WHEN point_to_point THEN greatest(received_ns - last_start_ns, 0)
-      WHEN op IN ('broadcast', 'scatter', 'reduce', 'gather') THEN greatest(end_ns - last_start_ns, 0)
+      WHEN is_rooted(op) THEN greatest(end_ns - last_start_ns, 0)
       ELSE shortest_ns
     END AS transfer_ns
   FROM matched

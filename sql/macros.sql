@@ -129,6 +129,10 @@ CREATE OR REPLACE MACRO busbw_factor(op, n) AS (
   END
 );
 
+-- A rooted collective: its root only sends (broadcast, scatter) or only receives (reduce,
+-- gather), so some of its ranks only send and may return once their data is buffered.
+CREATE OR REPLACE MACRO is_rooted(op) AS op IN ('broadcast', 'scatter', 'reduce', 'gather');
+
 -- Which way of a full-duplex link an op's bytes take: a send out of its rank's host, a receive
 -- into it, any other op both ('out', 'in', 'both'). A pipeline's activations going one way and
 -- its gradients the other share no way of the link (_host_traffic, whatif_inputs).
