@@ -82,8 +82,9 @@ def mlp(width: int, depth: int) -> torch.nn.Sequential:
     return torch.nn.Sequential(*layers)
 
 
-def sgd_step(module: torch.nn.Module, loss_of: Callable[[], torch.Tensor]) -> Step:
-    optimiser = torch.optim.SGD(module.parameters(), lr=0.01)
+def sgd_step(module: torch.nn.Module, loss_of: Callable[[], torch.Tensor], optimiser=None) -> Step:
+    """One training step: `optimiser` (SGD over the module's parameters unless given) after backward."""
+    optimiser = optimiser or torch.optim.SGD(module.parameters(), lr=0.01)
 
     def step() -> None:
         optimiser.zero_grad()
@@ -113,13 +114,7 @@ def zero_job(layout: Layout) -> Step:
     network = DistributedDataParallel(mlp(1024, 2), bucket_cap_mb=1)
     optimiser = ZeroRedundancyOptimizer(network.parameters(), optimizer_class=torch.optim.SGD, lr=0.01)
     inputs, targets = torch.randn(256, 1024), torch.randn(256, 1024)
-
-    def step() -> None:
-        optimiser.zero_grad()
-        torch.nn.functional.mse_loss(network(inputs), targets).backward()
-        optimiser.step()
-
-    return step
+    return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets), optimiser)
 
 
 def ddp_buckets_job(layout: Layout) -> Step:
@@ -139,9 +134,14 @@ def fsdp_job(layout: Layout) -> Step:
     reduce-scattered. On CPUs FSDP2 waits for each all-gather where it issues it (there are no
     streams to prefetch on), so all of its communication is exposed."""
     from torch.distributed.device_mesh import init_device_mesh  # FSDP's imports take about 2 s: its job alone pays
+
+    return sharded_mlp_step(init_device_mesh("cpu", (layout.world,), mesh_dim_names=("fsdp",)))
+
+
+def sharded_mlp_step(mesh) -> Step:
+    """The step of an MLP whose layers FSDP2 shards over `mesh` (on a 2-D mesh: hybrid sharding)."""
     from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh("cpu", (layout.world,), mesh_dim_names=("fsdp",))
     network = mlp(1024, 2)
     for layer in network:
         if isinstance(layer, torch.nn.Linear):
@@ -256,17 +256,7 @@ def fsdp_tp_job(layout: Layout) -> Step:
 def hsdp_job(layout: Layout) -> Step:
     """FSDP2's hybrid sharding: each layer all-gathered and reduce-scattered within the host, each
     rank's reduced shard (4.2 MB a step in all) all-reduced with the ranks that hold it on other hosts."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = init_device_mesh("cpu", (layout.world // layout.per_host, layout.per_host), mesh_dim_names=("replicate", "shard"))
-    network = mlp(1024, 2)
-    for layer in network:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mesh=mesh)
-    fully_shard(network, mesh=mesh)
-    inputs, targets = torch.randn(256, 1024), torch.randn(256, 1024)
-    return sgd_step(network, lambda: torch.nn.functional.mse_loss(network(inputs), targets))
+    return sharded_mlp_step(host_mesh(layout, "replicate", inner="shard"))
 
 
 # --- pipeline parallel ---------------------------------------------------------------------------
