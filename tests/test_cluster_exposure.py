@@ -4,9 +4,9 @@ Each job runs on two emulated hosts at 200 Mbit/s and at 1 Gbit/s, in turn; the 
 difference says how long the link holds up a slow step (`LinkCost.link_ns`). The exposed
 communication wirespeed finds the network held up per step of the slow runs (exposed communication
 less the waits for a rank that was busy with something else, `step_sync.exposed_transfer_ns`) must
-lie between 0.85 and 1.0 times it, in the median slow run: communication that hides under compute is
-not exposed (below 1), and the latency a faster link would not remove is small next to the
-transfers (not much above).
+lie between 0.85 and 1.0 times it, in the slow run the cost came from: communication that hides
+under compute is not exposed (below 1), and the latency a faster link would not remove is small
+next to the transfers (not much above).
 
 The link's cost is itself a measurement, and other work on this 2-core machine moves it. The
 hypervisor took 3-32 % of the CPUs during one run or another, and a tensor-parallel job's lower-quartile
@@ -14,8 +14,10 @@ step at 1 Gbit/s measured 166-283 ms over six runs in a row: taken pair by pair,
 of the slow step came out at 0.32-0.72 for one job in one test run. Disturbances only lengthen
 runs, so the cost comes from each rate's least disturbed run (its mean step: single steps move with
 where the ranks' steps begin, one short, the next long; more pairs while it was not quiet,
-`measure_link_cost`), and the exposure is compared as a time: a
-slow run's disturbance lengthens its compute, not the communication the link holds up.
+`measure_link_cost`), and the exposure is judged on that same slow run. A disturbance lengthens
+the communication too: FSDP2's median over three slow runs, two of them disturbed, came out 1.103
+against a cost from the least disturbed; pipeline runs in one session, 1.056 for the least
+disturbed and 1.136 for one whose CPUs the hypervisor took 11 % of.
 The bounds allow LINK_RESOLUTION either side. A job whose communication is all exposed sits at
 1.0 plus the latency a faster link would not remove (FSDP2 on CPUs waits for each all-gather where
 it issues it, having no streams to prefetch on: 0.995-1.009 on a quiet machine). The rule this
@@ -26,8 +28,6 @@ all-to-all waits for the other's routing), and more the slower the CPUs.
 """
 
 from __future__ import annotations
-
-import statistics
 
 import pytest
 
@@ -59,7 +59,9 @@ def test_exposed_communication_matches_what_the_link_costs(cluster_runs, store, 
         ratios.append((exposed_ns - waiting_ns) / cost.link_ns)
         print(f"{job}: {run_id}: exposed {exposed_ns / 1e6:.0f} ms a step, {waiting_ns / 1e6:.0f} ms of it waiting "
               f"for a busy rank; ratio of the rest {ratios[-1]:.3f}")
-    ratio = statistics.median(ratios)
+    quietest = [pair.slow for pair in cost.pairs].index(cost.quietest_slow)
+    ratio = ratios[quietest]
+    print(f"{job}: judged on the least disturbed slow run, {cost.quietest_slow.run_dir.name}: {ratio:.3f}")
     assert 0.85 - LINK_RESOLUTION <= ratio <= 1.0 + LINK_RESOLUTION, f"{job}: ratios {ratios}, quiet runs: {cost.quiet}"
     # The steps wait for the job's own dimension, over the network; the groups' shares add up.
     dimension, share, scope, unbalanced = table_rows(
@@ -89,4 +91,4 @@ def test_exposed_communication_matches_what_the_link_costs(cluster_runs, store, 
     print(f"{job}: the network's communication on the critical path over what the link costs: "
           + ", ".join(f"{r:.3f}" for r in path_ratios))
     if job == "ddp":
-        assert 0.85 - LINK_RESOLUTION <= statistics.median(path_ratios) <= 1.0 + LINK_RESOLUTION, path_ratios
+        assert 0.85 - LINK_RESOLUTION <= path_ratios[quietest] <= 1.0 + LINK_RESOLUTION, path_ratios
