@@ -88,6 +88,8 @@
 --       link (the least-squares intercept), at most `rest_ns`; `rest_ns` less the transport's
 --       inefficiency, which the full line rate removes (transfers = 'line rate').
 --   tied BOOLEAN  Whether this rank's instance ended with the collective.
+--   rooted BOOLEAN  Whether its op is rooted (`is_rooted`): a rank other than the root needs only
+--       the root's data, and may end before the last rank arrives.
 --   waited_ns BIGINT  How long this rank waited, exposed, for its instance to end.
 --   slack_ns BIGINT  For a tied instance that ended while the rank was busy: how long after its
 --       end the rank next waited for communication or ended its step; NULL otherwise.
@@ -314,6 +316,7 @@ SELECT
   CAST(round(w.rest_share) AS BIGINT) AS rest_ns,
   CAST(round(least(w.latency_share, w.rest_share)) AS BIGINT) AS latency_ns,
   w.tied,
+  is_rooted(w.op) AS rooted,
   w.waited_ns,
   CASE WHEN w.tied AND NOT w.inside THEN
     greatest(0, least(coalesce(w.next_stretch_ns, b.window_end_ns), b.window_end_ns) - w.end_ns) END AS slack_ns,

@@ -165,6 +165,7 @@ class Replay:
         self.fixed = list(zip(self.rest[first].tolist(), (self.latency[first] - self.rest[first]).tolist()))
         self.channel_count = len(channel_ids)
         waited = r["waited_ns"].astype(float)
+        rooted = r["rooted"].astype(bool)
         slack = np.array([np.nan if v is None else float(v) for v in r["slack_ns"]])
         # (time, order at equal times, kind, index, collective or rank index, then what a wait needs)
         events = []
@@ -179,16 +180,20 @@ class Replay:
             late = 0.0 if np.isnan(slack[i]) else slack[i]
             if waited[i] > 0 or not np.isnan(slack[i]):
                 end, begin, start = float(r["end_ns"][i] - base), self.begins[c], float(r["start_ns"][i] - base)
-                # Ended before the collective began: on its own (a buffered send) if soon after it
-                # started, else blocked until its peer arrived (a send whose receiver was late).
-                own = end < begin and begin - end >= end - start
+                # Ended before the collective began: on its own if soon after it started (a buffered
+                # send) or if its op is rooted (it needed only the root), else blocked until its peer
+                # arrived (a send whose receiver was late, on clocks apart).
+                own = end < begin and (rooted[i] or begin - end >= end - start)
                 into = None if own else max(0.0, end - begin)
                 at = end if own else max(end, begin)
                 # Its end shift less its slack: that of its arrival, or its collective's begin shift
                 # plus `into` times the collective's stretch (replayed over measured duration) less 1.
                 part = 0.0 if into is None or measured[c] <= 0 else into / measured[c]
                 shortfall = late + (0.0 if into is None or measured[c] <= 0 else into)
-                events.append((at + late, 3, WAIT, i, c, float(waited[i]), into is None, part, shortfall))
+                # A rooted op's rank that ended on its own waited for the root's data: on the link,
+                # so its wait stretches as its collective does.
+                stretches = own and bool(rooted[i])
+                events.append((at + late, 3, WAIT, i, c, float(waited[i]), into is None, part, shortfall, stretches))
                 if into is None:
                     self.ends_at_arrival.add(i)
         events.sort(key=lambda e: (e[0], e[1], e[3]))
@@ -303,7 +308,7 @@ class Replay:
         # When each one-way link, and each group's turn on it, is next free.
         free = np.full((self.channel_count, width), -np.inf)
         rank_of, begins, links, lanes, fixed = self.rank_index, self.begins, self.links, self.lanes, self.fixed
-        waits_for = self.waits_for
+        waits_for, own_ns = self.waits_for, self.own_ns
         for event in self._events:
             kind = event[2]
             if kind == ARRIVE:
@@ -314,9 +319,11 @@ class Replay:
                 arrival = now + t
                 arrived[c] = arrival if arrived[c] is None else np.maximum(arrived[c], arrival)
             elif kind == WAIT:
-                _, _, _, i, c, waited, at_arrival, part, shortfall = event
+                _, _, _, i, c, waited, at_arrival, part, shortfall, stretches = event
                 if at_arrival:
                     end_less_slack = arrival_shift.pop(i, zero) - shortfall
+                    if stretches and own_ns[c] > 0:
+                        end_less_slack = end_less_slack + waited * (duration[c] / own_ns[c] - 1)
                 elif part:
                     end_less_slack = begin_shift[c] + (duration[c] * part - shortfall)
                 else:
