@@ -20,7 +20,8 @@ demo: $(STAMP)
 	WIRESPEED_HOME=demo/warehouse WIRESPEED_LANDING=demo/landing $(VENV)/bin/wirespeed demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 -m 'not alone'
+	$(PY) -m pytest -q -m alone
 
 # Ingest speed and memory against HTA and raw parsers, whole processes against HTA (docs/performance.md).
 bench: $(STAMP)

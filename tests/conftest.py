@@ -14,6 +14,11 @@ from pipelines.read.sources import run_id_for
 from pipelines.settings import Settings
 from pipelines.warehouse.store import Warehouse
 
+# Modules whose jobs run on the emulated cluster, their timings judged, or that bring up the
+# deployment: `make test` runs them one at a time, once the rest (in parallel) are done.
+ALONE = {"test_cluster", "test_cluster_exposure", "test_cluster_matrix", "test_compare", "test_job_traces",
+         "test_replay", "test_deployment"}
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 TRACES = SHARED / "traces"
@@ -149,3 +154,9 @@ def cluster_runs(tmp_path_factory):
         return measured[key]
 
     return runs_of
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module.__name__ in ALONE:
+            item.add_marker(pytest.mark.alone)
