@@ -1,13 +1,14 @@
 """The code's layout: no module imports, however indirectly, one that imports it back; the
-product's modules never import the test bed."""
+product's modules never import the test bed; the tests that use its cluster or deployment run alone."""
 
 from __future__ import annotations
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
-from conftest import REPO
+from conftest import ALONE, REPO
 
 PACKAGES = ("pipelines", "collectors")
 TESTBED = "pipelines.testbed"
@@ -61,3 +62,10 @@ def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
     assert "pipelines.analysis.tables" in graph["pipelines.stages"]  # imported inside `analyze`
     assert "pipelines.stage_runner" in graph["pipelines.defs.ingest.batches"]
+
+
+def test_every_test_module_on_the_cluster_or_the_deployment_runs_alone():
+    """`make test` runs the other modules two at a time, which would skew the line rates these judge."""
+    uses = re.compile(r"pipelines\.testbed\.(cluster|deployment)\b|\brequire_cluster\b|\bcluster_runs\b")
+    using = {path.stem for path in (REPO / "tests").glob("test_*.py") if uses.search(path.read_text())}
+    assert using == ALONE
