@@ -642,17 +642,6 @@ def test_a_faster_link_never_slows_a_step_and_a_slower_one_never_speeds_it(facto
         assert achieved[2] == pytest.approx(120 * MS) and at_line_rate[2] <= 120 * MS + 1e-6, (achieved, at_line_rate)
 
 
-def test_whatif_refuses_the_other_models_options(shared_warehouse):
-    warehouse = ("--warehouse", str(shared_warehouse.root))
-    replayed = wirespeed("whatif", "nccl_data", *warehouse, "--fusion", "horovod", check=False)
-    assert replayed.returncode != 0 and "--fusion: the paper's model's options; add --model paper" in replayed.stderr
-    paper = wirespeed("whatif", "nccl_data", *warehouse, "--model", "paper", "--at-line-rate", check=False)
-    assert paper.returncode != 0 and "--at-line-rate is the replay's" in paper.stderr
-    (row,) = json.loads(wirespeed("whatif", "nccl_data", *warehouse, "--ranks", "2", "--bandwidth", "100",
-                                  "--compression", "1", "--format", "json").stdout)
-    assert row["model"] == "replay" and row["transfers"] == "achieved" and row["exposed_ms_by_dimension"]
-
-
 # --- real jobs on the emulated cluster -------------------------------------------------------------
 
 REPLAY_TOLERANCE = 0.15

@@ -277,6 +277,17 @@ def test_run_cli_replays_observed_buckets(shared_warehouse):
     assert fused[0]["buckets"] == 1 and fused[0]["scaling_factor"] < row["scaling_factor"]
 
 
+def test_whatif_refuses_the_other_models_options(shared_warehouse):
+    warehouse = ("--warehouse", str(shared_warehouse.root))
+    replayed = wirespeed("whatif", "nccl_data", *warehouse, "--fusion", "horovod", check=False)
+    assert replayed.returncode != 0 and "--fusion: the paper's model's options; add --model paper" in replayed.stderr
+    paper = wirespeed("whatif", "nccl_data", *warehouse, "--model", "paper", "--at-line-rate", check=False)
+    assert paper.returncode != 0 and "--at-line-rate is the replay's" in paper.stderr
+    (row,) = json.loads(wirespeed("whatif", "nccl_data", *warehouse, "--ranks", "2", "--bandwidth", "100",
+                                  "--compression", "1", "--format", "json").stdout)
+    assert row["model"] == "replay" and row["transfers"] == "achieved" and row["exposed_ms_by_dimension"]
+
+
 def test_live_gloo_run_whatif_and_verdict(gloo_run, tmp_path):
     store = Warehouse(tmp_path / "warehouse")
     store.ensure()
