@@ -235,8 +235,9 @@ collective_shares AS (
   SELECT collective_key, any_value(op) AS op, any_value(link) AS link, any_value(bits) AS bits,
     min(period_share) AS share_ns, min(period_share * link_fraction) AS link_share_ns,
     min(period_share * host_fraction) AS host_share_ns,
-    -- what the period took beyond its bits at the line rate: no latency is longer
-    min(period_share * greatest(1.0 - wire_fraction, 0)) AS slack_share_ns
+    -- what the period took beyond its bits at the line rate: no latency is longer (NULL where the
+    -- rate is unknown; `greatest` would skip the NULL and give 0)
+    min(period_share * CASE WHEN wire_fraction IS NOT NULL THEN greatest(1.0 - wire_fraction, 0) END) AS slack_share_ns
   FROM linked
   GROUP BY collective_key
 ),

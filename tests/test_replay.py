@@ -495,6 +495,25 @@ def test_no_latency_is_longer_than_what_a_transfer_took_beyond_its_bits(tmp_path
     assert (slower - own, faster - own) == pytest.approx((15, -7.5), abs=0.01)
 
 
+def test_the_latency_line_needs_no_line_rate(tmp_path):
+    """Worked by hand. The two all-reduces above, 1.25 MB in 10 ms and 0.625 MB in 9 ms, in a run
+    whose line rate nobody gave: the line through them keeps 8 ms of each, at any rate, the part
+    that goes at full line rate too. At 10 Gbit/s their bits take 1 and 0.5 ms, so the step comes
+    out 1.5 ms shorter. With the rate unknown the latency had been cut to what the periods took
+    beyond their bits, as if that were 0: 17.5 ms shorter."""
+    ranks = [GlooRank(rank, f"host-{rank}", (1, 0, 45_500), [(200, 10_000), (34_000, 5_000)],
+                      [GlooCall("1", 12_200, 10_000, 312_500), GlooCall("1", 25_000, 9_000, 156_250)], pid=100 + rank)
+             for rank in range(2)]
+    run = write_gloo_run(tmp_path / "run", ranks, 2, {"1": [0, 1]})
+    store = Warehouse(tmp_path / "warehouse")
+    store.ensure()
+    ingest_directly(store, run, "r")
+    split = table_rows(store, "SELECT DISTINCT bytes, link_gbps, transfer_ns, rest_ns, latency_ns FROM whatif_inputs ORDER BY bytes DESC")
+    assert split == [{"bytes": 1_250_000, "link_gbps": None, "transfer_ns": 2 * MS, "rest_ns": 8 * MS, "latency_ns": 8 * MS},
+                     {"bytes": 625_000, "link_gbps": None, "transfer_ns": 1 * MS, "rest_ns": 8 * MS, "latency_ns": 8 * MS}]
+    assert predicted(store, "r", 10, "--at-line-rate")["step_ms"] == pytest.approx(45.5 - 1.5, abs=0.01)
+
+
 def test_a_rank_that_resumed_before_its_collective_closed_waited_for_it(tmp_path):
     """Worked by hand. Two hosts of one gloo rank, 1 Gbit/s: after 10 ms of compute a 1.25 MB
     all-reduce runs 10.2-20.2 ms, all its bits at the line rate, on a worker thread; the training
