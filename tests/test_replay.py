@@ -274,12 +274,20 @@ def ingested(folder, ranks: list[Rank], world_size: int, groups: dict[str, list[
     return ingested_run(write_run(folder / "run", ranks, world_size, groups=groups))
 
 
-def ingested_run(run) -> Warehouse:
-    """Run folder `run` ingested as run "r" at 1 Gbit/s, into a warehouse beside it."""
+def ingested_run(run, link_gbps: float | None = 1) -> Warehouse:
+    """Run folder `run` ingested as run "r" at `link_gbps` (None: no rate given), into a warehouse beside it."""
     store = Warehouse(run.parent / "warehouse")
     store.ensure()
-    ingest_directly(store, run, "r", overrides={"link_gbps": 1})
+    ingest_directly(store, run, "r", overrides=None if link_gbps is None else {"link_gbps": link_gbps})
     return store
+
+
+def two_sizes_of_all_reduce() -> list[GlooRank]:
+    """Two hosts of one gloo rank: a 1.25 MB all-reduce at 12.2 ms for 10 ms, then one of 0.625 MB
+    at 25 ms for 9 ms, the ranks waiting in each; compute before and after."""
+    return [GlooRank(rank, f"host-{rank}", (1, 0, 45_500), [(200, 10_000), (34_000, 5_000)],
+                     [GlooCall("1", 12_200, 10_000, 312_500), GlooCall("1", 25_000, 9_000, 156_250)], pid=100 + rank)
+            for rank in range(2)]
 
 
 def test_a_send_that_outlived_its_receive_ends_with_it(tmp_path):
@@ -484,10 +492,7 @@ def test_no_latency_is_longer_than_what_a_transfer_took_beyond_its_bits(tmp_path
     The line through them has an intercept of 8 ms, which the first cannot hold: it is all
     transfer, and the second keeps 4 ms, all it took beyond its 5 ms of bits. Taken whole, the
     intercept left the first 2 ms to scale: at 0.5 Gbit/s its step grew 3 ms, where it grows 15."""
-    ranks = [GlooRank(rank, f"host-{rank}", (1, 0, 45_500), [(200, 10_000), (34_000, 5_000)],
-                      [GlooCall("1", 12_200, 10_000, 312_500), GlooCall("1", 25_000, 9_000, 156_250)], pid=100 + rank)
-             for rank in range(2)]
-    store = half_busy_run(write_gloo_run(tmp_path / "run", ranks, 2, {"1": [0, 1]}))
+    store = half_busy_run(write_gloo_run(tmp_path / "run", two_sizes_of_all_reduce(), 2, {"1": [0, 1]}))
     split = table_rows(store, "SELECT DISTINCT bytes, transfer_ns, rest_ns FROM whatif_inputs ORDER BY bytes DESC")
     assert split == [{"bytes": 1_250_000, "transfer_ns": 10 * MS, "rest_ns": 0},
                      {"bytes": 625_000, "transfer_ns": 5 * MS, "rest_ns": 4 * MS}]
@@ -501,13 +506,7 @@ def test_the_latency_line_needs_no_line_rate(tmp_path):
     that goes at full line rate too. At 10 Gbit/s their bits take 1 and 0.5 ms, so the step comes
     out 1.5 ms shorter. With the rate unknown the latency had been cut to what the periods took
     beyond their bits, as if that were 0: 17.5 ms shorter."""
-    ranks = [GlooRank(rank, f"host-{rank}", (1, 0, 45_500), [(200, 10_000), (34_000, 5_000)],
-                      [GlooCall("1", 12_200, 10_000, 312_500), GlooCall("1", 25_000, 9_000, 156_250)], pid=100 + rank)
-             for rank in range(2)]
-    run = write_gloo_run(tmp_path / "run", ranks, 2, {"1": [0, 1]})
-    store = Warehouse(tmp_path / "warehouse")
-    store.ensure()
-    ingest_directly(store, run, "r")
+    store = ingested_run(write_gloo_run(tmp_path / "run", two_sizes_of_all_reduce(), 2, {"1": [0, 1]}), link_gbps=None)
     split = table_rows(store, "SELECT DISTINCT bytes, link_gbps, transfer_ns, rest_ns, latency_ns FROM whatif_inputs ORDER BY bytes DESC")
     assert split == [{"bytes": 1_250_000, "link_gbps": None, "transfer_ns": 2 * MS, "rest_ns": 8 * MS, "latency_ns": 8 * MS},
                      {"bytes": 625_000, "link_gbps": None, "transfer_ns": 1 * MS, "rest_ns": 8 * MS, "latency_ns": 8 * MS}]
