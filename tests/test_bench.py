@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import duckdb
+
 from conftest import REPO, ingest_directly
 
 from pipelines.analysis.tables import analyze_run
@@ -76,6 +78,9 @@ def test_tiled_events_scale_the_analysis_input(tmp_path):
     finally:
         con.close()
     assert small_devices > 0 and tiles == 4 and count_device_events(version) == 4 * small_devices
+    # `ranks` counts the tiled events, as a parse of them would
+    counted = duckdb.sql(f"SELECT sum(device_events) FROM read_parquet('{version}/ranks/*.parquet')").fetchall()[0][0]
+    assert counted == 4 * small_devices
     assert summary.rows["steps"] == 4 * steps and summary.rows["collectives"] == 4 * collectives
 
 

@@ -1,7 +1,8 @@
 """Grow an ingested run's `trace_events` to any number of device events, for the analysis benchmark.
 
 Parsing 30 GB of JSON to get ten million device events would measure the parser again; the
-analysis only reads `trace_events`. So the run's normalised events are tiled in DuckDB the way
+analysis reads the events from `trace_events` and their counts from `ranks`. So the run's
+normalised events are tiled in DuckDB the way
 `synth` tiles JSON: copy k is shifted by k times the run's span, its step numbers move on by k
 times its step count, and its correlation, External id, Seq and Comms Id move on so that launches
 still pair with kernels and collectives still match across ranks, within their own copy only.
@@ -21,7 +22,7 @@ from pipelines.warehouse.store import PARSE_TABLES
 def scaled_version(parsed: Path, target: Path, device_events: int) -> int:
     """Make `target` a parsed version like `parsed`, its events tiled to `device_events`; return tiles."""
     for table in PARSE_TABLES:
-        if table != "trace_events":
+        if table not in ("trace_events", "ranks"):
             shutil.copytree(parsed / table, target / table, dirs_exist_ok=True)
     return tile_events(parsed, target, device_events)
 
@@ -39,7 +40,8 @@ def count_device_events(version: Path) -> int:
 
 
 def tile_events(source_version: Path, target_version: Path, device_events: int) -> int:
-    """Write `trace_events` of about `device_events` device events into `target_version`; return tiles."""
+    """Write `trace_events` of about `device_events` device events into `target_version`, and
+    `ranks` counting them, each file's span as long as its copies; return tiles."""
     per_tile = count_device_events(source_version)
     con = duckdb.connect(config={"preserve_insertion_order": False})
     try:
@@ -76,6 +78,20 @@ def tile_events(source_version: Path, target_version: Path, device_events: int) 
             """
         ).fetchall()
         sql.write_parquet(con, f"({shifted})", target_version / "trace_events" / "part-00000.parquet")
+        sql.set_variables(con, ranks=str(source_version / "ranks" / "*.parquet"))
+        con.execute(
+            """
+            CREATE TEMP VIEW tiled_ranks AS
+            SELECT * REPLACE (
+              events * getvariable('tiles') AS events,
+              device_events * getvariable('tiles') AS device_events,
+              last_ns + (getvariable('tiles') - 1) * CAST(getvariable('span') AS BIGINT) AS last_ns
+            )
+            FROM read_parquet(getvariable('ranks'))
+            """
+        ).fetchall()
+        (target_version / "ranks").mkdir(parents=True, exist_ok=True)
+        sql.write_parquet(con, f"({sql.table('ranks').select_from('tiled_ranks')})", target_version / "ranks" / "part-00000.parquet")
     finally:
         con.close()
     return tiles
