@@ -15,6 +15,10 @@
 -- it for the few kernels that have it: nine columns, NULL on nearly every row, had made this
 -- table twice as wide, and its building 40 % slower.
 --
+-- A rank's rows come from its own files alone, so a large run builds it a piece of its ranks at a
+-- time (`piece_first_rank` to `piece_last_rank`, see pipelines/analysis/tables.py): one piece's
+-- joins fit in memory, where the whole run's spill to disk.
+--
 -- Grain: one row per run, rank and device event with a usable interval.
 --
 -- Columns:
@@ -30,7 +34,7 @@
 --   is_memory BOOLEAN  A copy, fill or DMA.
 WITH names AS (
   SELECT name, is_comm_name(name) AS comm_name, is_memory_name(name) AS memory_name
-  FROM (SELECT DISTINCT name FROM trace_events WHERE ph = 'X' AND is_device_event(cat))
+  FROM (SELECT DISTINCT name FROM trace_events WHERE ph = 'X' AND is_device_event(cat) AND in_piece(rank))
 ),
 device AS MATERIALIZED (
   SELECT
@@ -40,13 +44,13 @@ device AS MATERIALIZED (
     CASE WHEN is_comm THEN e.name END AS name
   FROM trace_events AS e
   LEFT JOIN names AS n ON n.name = e.name
-  WHERE e.ph = 'X' AND is_device_event(e.cat) AND is_valid_interval(e.ts_ns, e.dur_ns)
+  WHERE e.ph = 'X' AND is_device_event(e.cat) AND is_valid_interval(e.ts_ns, e.dur_ns) AND in_piece(e.rank)
 ),
 launches AS (
   -- Only the runtime calls that launched a device event: most are not launches at all.
   SELECT file_index, correlation, min(ts_ns) AS launched_ns
   FROM trace_events
-  WHERE cat IN ('cuda_runtime', 'cuda_driver', 'Runtime', 'Driver') AND correlation IS NOT NULL
+  WHERE cat IN ('cuda_runtime', 'cuda_driver', 'Runtime', 'Driver') AND correlation IS NOT NULL AND in_piece(rank)
     AND (file_index, correlation) IN (SELECT file_index, correlation FROM device)
   GROUP BY ALL
 )

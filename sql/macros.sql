@@ -38,6 +38,12 @@ CREATE OR REPLACE MACRO comm_kernel_match(name) AS
 CREATE OR REPLACE MACRO span_buckets(start_ns, end_ns, bucket_ns) AS
   range(start_ns // bucket_ns, (end_ns - 1) // bucket_ns + 1);
 
+-- Whether a rank is in the piece of the run being built: a large run builds some tables a few of
+-- its ranks at a time (`piece_first_rank` to `piece_last_rank`, pipelines/analysis/tables.py);
+-- with them unset, every rank is. Constants to the scan, so it skips the other ranks' row groups.
+CREATE OR REPLACE MACRO in_piece(rank) AS
+  rank BETWEEN coalesce(getvariable('piece_first_rank'), -2147483648) AND coalesce(getvariable('piece_last_rank'), 2147483647);
+
 -- Whether an event is a usable interval: timed, positive and not a counter overflow.
 CREATE OR REPLACE MACRO is_valid_interval(ts_ns, dur_ns) AS
   ts_ns IS NOT NULL AND dur_ns > 0 AND dur_ns <= getvariable('max_dur_ns');

@@ -1,15 +1,16 @@
-"""The analysis's memory: while a Python step holds its arrays outside DuckDB, DuckDB holds less."""
+"""The analysis's memory: while a Python step holds its arrays outside DuckDB, DuckDB holds less;
+a large run's joins over every device event are built a few ranks at a time."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from conftest import REPO, ingest_directly
+from conftest import REPO, TRACES, ingest_directly
 
 from pipelines.analysis import tables
 from pipelines.settings import Settings
 from pipelines.warehouse import sql
-from pipelines.warehouse.store import Warehouse
+from pipelines.warehouse.store import Warehouse, tables_differ
 
 RUN = REPO / "examples" / "nccl_data.json.gz"
 
@@ -51,3 +52,33 @@ def test_python_steps_run_with_part_of_duckdbs_memory_lent_to_them(tmp_path, mon
         assert abs(_limit_mb(con) - 500) < 1
     finally:
         con.close()
+
+
+def test_ranks_go_into_pieces_of_about_so_many_device_events_that_cover_every_rank():
+    assert tables.pieces_of_ranks([(0, 5), (1, 5)], 10) == []
+    assert tables.pieces_of_ranks([(0, 4), (1, 4), (2, 4), (3, 4)], 10) == [(-2**31, 1), (2, 2**31 - 1)]
+    # a rank above the size is a piece of its own; ranks need not start at 0 nor follow each other
+    assert tables.pieces_of_ranks([(2, 3), (3, 30), (7, 3), (9, 3)], 10) == [(-2**31, 2), (3, 3), (4, 2**31 - 1)]
+
+
+def test_a_run_built_a_rank_at_a_time_gives_what_it_gives_built_whole(tmp_path, monkeypatch):
+    run = TRACES / "hta_sampled_2rank"
+    whole = Warehouse(tmp_path / "whole")
+    whole.ensure()
+    ingest_directly(whole, run, "sampled")
+
+    built: dict[str, list] = {}
+    original = sql.materialize
+
+    def materialize(con, name, temporary=True, pieces=()):
+        built[name] = list(pieces)
+        return original(con, name, temporary, pieces)
+
+    monkeypatch.setattr(tables, "PIECE_DEVICE_EVENTS", 1)
+    monkeypatch.setattr(sql, "materialize", materialize)
+    pieced = Warehouse(tmp_path / "pieced")
+    pieced.ensure()
+    ingest_directly(pieced, run, "sampled")
+
+    assert {name: len(pieces) for name, pieces in built.items() if pieces} == dict.fromkeys(tables.BY_RANKS, 2)
+    assert tables_differ(whole, pieced) == {}

@@ -33,6 +33,7 @@ import re
 import tempfile
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -262,15 +263,25 @@ def build_query(con: duckdb.DuckDBPyConnection, name: str) -> str:
     return table(name).empty() if lacks_inputs(con, name) else table(name).select()
 
 
-def materialize(con: duckdb.DuckDBPyConnection, name: str, temporary: bool = True) -> int:
+def materialize(con: duckdb.DuckDBPyConnection, name: str, temporary: bool = True,
+                pieces: Sequence[tuple[int, int]] = ()) -> int:
     """Build table `name` from its file, in this connection (or its database: `temporary`
-    False); return its row count."""
+    False); return its row count. With `pieces`, ranges of ranks, it is built one range at a
+    time, each range as the variables `piece_first_rank` and `piece_last_rank` (which its SQL
+    reads through the macro `in_piece`), then set back to every rank."""
     created = "CREATE OR REPLACE TEMP TABLE" if temporary else "CREATE OR REPLACE TABLE"
     try:
-        con.execute(f'{created} "{name}" AS {build_query(con, name)}').fetchall()
+        for position, piece in enumerate(pieces or [None]):
+            if piece:
+                set_variables(con, piece_first_rank=piece[0], piece_last_rank=piece[1])
+            statement = f'INSERT INTO "{name}"' if position else f'{created} "{name}" AS'
+            con.execute(f"{statement} {build_query(con, name)}").fetchall()
     except duckdb.Error as error:
         error.add_note(f"while building sql/{name}.sql")
         raise
+    finally:
+        if pieces:
+            set_variables(con, piece_first_rank=None, piece_last_rank=None)
     return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 
 
