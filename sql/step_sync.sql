@@ -11,7 +11,8 @@
 -- blocked by the link. The pipeline's bubble is such a wait: the receiving stage waits while the
 -- sending stage computes. Start times of different hosts compare as well as their clocks agree.
 -- The straggler of a step is the rank that waited least in it by duration (collective_bw.wait_ns),
--- i.e. that the others waited for; with fewer than two ranks there is none.
+-- i.e. that the others waited for, the lowest of those that tie; with fewer than two ranks there
+-- is none.
 --
 -- Grain: one row per run and step.
 --
@@ -20,7 +21,8 @@
 --   step BIGINT  Step number.
 --   ranks INTEGER  Ranks with collectives in the step.
 --   collectives INTEGER  Matched collectives in the step.
---   straggler_rank INTEGER  The rank that waited least (arrived last); NULL with one rank.
+--   straggler_rank INTEGER  The rank that waited least (arrived last), the lowest of those that tie; NULL
+--       with one rank.
 --   straggler_last_arrivals INTEGER  Collectives of the step the straggler arrived last at.
 --   max_skew_ns BIGINT  The largest arrival skew of a collective in the step.
 --   wait_ns BIGINT  Waiting inside collectives, summed over ranks.
@@ -85,8 +87,8 @@ per_step AS (
   SELECT
     step,
     count(*) AS ranks,
-    CASE WHEN count(*) > 1 THEN arg_min(rank, wait_ns) END AS straggler_rank,
-    CASE WHEN count(*) > 1 THEN arg_min(last_arrivals, wait_ns) END AS straggler_last_arrivals,
+    CASE WHEN count(*) > 1 THEN arg_min(rank, (wait_ns, rank)) END AS straggler_rank,
+    CASE WHEN count(*) > 1 THEN arg_min(last_arrivals, (wait_ns, rank)) END AS straggler_last_arrivals,
     sum(wait_ns) AS wait_ns
   FROM per_rank
   GROUP BY step

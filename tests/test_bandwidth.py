@@ -281,3 +281,26 @@ def test_a_window_measured_above_its_line_rate_reads_the_line_rate_and_says_why(
     (first, first_note), (second, second_note) = windows
     assert (first, second) == (1.0, pytest.approx(0.5)) and second_note is None
     assert first_note.startswith("measured at 200% of the 1 Gbit/s line rate") and "clock skew" in first_note
+
+
+def test_a_step_in_which_no_rank_waited_names_its_lowest_rank_the_straggler():
+    """Eight ranks, listed from the highest, each at one all-reduce a step with no wait, for 1000
+    steps: all tie, and each step's straggler is rank 0. DuckDB's `arg_min` alone keeps any of the
+    tied: on one thread, rank 7 of every step here; on two, rank 5 or 7 by the step."""
+    con = sql.session({"threads": 1})
+    try:
+        sql.use_macros(con)
+        sql.set_variables(con, run_id="tied")
+        for name in ("collective_bw", "collective_sync", "step_timeline", "step_breakdown"):
+            con.execute(f'CREATE TEMP TABLE "{name}" AS {sql.table(name).empty()}').fetchall()
+        con.execute(
+            "INSERT INTO collective_bw (run_id, rank, step, op, collective_key, start_ns, wait_ns, last_arrival) "
+            "SELECT 'tied', rank, step, 'allreduce', 'pg 0 seq ' || step, 1000, 0, false "
+            "FROM range(7, -1, -1) AS r(rank), range(1000) AS s(step)"
+        ).fetchall()
+        stragglers = con.execute(
+            f"SELECT straggler_rank, ranks, count(*) FROM ({sql.table('step_sync').select()}) GROUP BY ALL"
+        ).fetchall()
+    finally:
+        con.close()
+    assert stragglers == [(0, 8, 1000)]
