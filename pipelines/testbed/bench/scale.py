@@ -2,10 +2,10 @@
 
 Parsing 30 GB of JSON to get ten million device events would measure the parser again; the
 analysis reads the events from `trace_events` and their counts from `ranks`. So the run's
-normalised events are tiled in DuckDB the way
-`synth` tiles JSON: copy k is shifted by k times the run's span, its step numbers move on by k
-times its step count, and its correlation, External id, Seq and Comms Id move on so that launches
-still pair with kernels and collectives still match across ranks, within their own copy only.
+normalised events are tiled in DuckDB the way `synth` tiles JSON: copy k is shifted by k times
+the run's span, its step numbers move on by k times its step count, and its correlation,
+External id, Seq and Comms Id move on so that launches still pair with kernels and collectives
+still match across ranks, within their own copy only; `ranks` counts every copy.
 """
 
 from __future__ import annotations
