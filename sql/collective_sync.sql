@@ -34,7 +34,8 @@
 --       receive's end (from the later start on), the data being there. A send's instance can end
 --       much later: an `isend` ends when its rank waits for it.
 --   skew_ns BIGINT  last_start_ns - first_start_ns: how far apart the ranks arrived.
---   last_rank INTEGER  The rank that arrived last (started latest).
+--   last_rank INTEGER  The rank that arrived last (started latest; the lowest of those that
+--       started at once).
 --   transfer_ns BIGINT  Shortest duration across ranks: the transfer, without waiting; for a
 --       point-to-point pair, the receive's end less the later start; for a rooted collective,
 --       end_ns less last_start_ns.
@@ -55,7 +56,7 @@ WITH matched AS (
     min(start_ns) AS first_start_ns,
     max(start_ns) AS last_start_ns,
     max(end_ns) AS end_ns,
-    arg_max(rank, start_ns) AS last_rank,
+    arg_max(rank, (start_ns, -rank)) AS last_rank,
     max(end_ns) FILTER (WHERE op = 'recv') AS received_ns,
     min(dur_ns) AS shortest_ns,
     list(dur_ns) AS durations

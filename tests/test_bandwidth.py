@@ -304,3 +304,22 @@ def test_a_step_in_which_no_rank_waited_names_its_lowest_rank_the_straggler():
     finally:
         con.close()
     assert stragglers == [(0, 8, 1000)]
+
+
+def test_of_ranks_that_arrived_at_once_the_lowest_arrived_last():
+    """Eight ranks, listed from the highest, start 1000 all-reduces at the same instant: each
+    collective's last rank is rank 0. DuckDB's `arg_max` alone keeps any of the tied: rank 7 here."""
+    con = sql.session({"threads": 1})
+    try:
+        sql.use_macros(con)
+        sql.set_variables(con, run_id="tied")
+        con.execute(f'CREATE TEMP TABLE collectives AS {sql.table("collectives").empty()}').fetchall()
+        con.execute(
+            "INSERT INTO collectives (run_id, rank, step, op, collective_key, match_method, start_ns, end_ns, dur_ns, bytes, group_size) "
+            "SELECT 'tied', rank, k, 'allreduce', 'pg 0 seq ' || k, 'pg_seq', 1000, 2000, 1000, 4, 8 "
+            "FROM range(7, -1, -1) AS r(rank), range(1000) AS s(k)"
+        ).fetchall()
+        last = con.execute(f"SELECT last_rank, count(*) FROM ({sql.table('collective_sync').select()}) GROUP BY ALL").fetchall()
+    finally:
+        con.close()
+    assert last == [(0, 1000)]
