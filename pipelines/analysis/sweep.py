@@ -30,6 +30,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from pipelines.analysis.rank_ranges import rank_ranges
+
 STREAM = "_step_stretches"  # what sql/step_timeline.sql reads
 
 # The activity classes, as codes (`_activity.class`); their counts decide the state.
@@ -67,15 +69,7 @@ def stretches(con: duckdb.DuckDBPyConnection) -> pa.RecordBatchReader:
     consumes the stream, so the intervals are read, a group of ranks at a time, on a second
     connection to the same database."""
     windows = con.execute(WINDOWS_QUERY).fetchnumpy()
-    chunks: list[tuple[int, int]] = []
-    size = 0
-    for rank, intervals in con.execute(COUNTS_QUERY).fetchall():
-        if chunks and size + intervals <= CHUNK_INTERVALS:
-            chunks[-1] = (chunks[-1][0], rank)
-            size += intervals
-        else:
-            chunks.append((rank, rank))
-            size = intervals
+    chunks = rank_ranges(con.execute(COUNTS_QUERY).fetchall(), CHUNK_INTERVALS)
     (database,) = con.execute("SELECT current_database()").fetchall()[0]
     reader = con.cursor()
     reader.execute(f'USE "{database}"').fetchall()
@@ -109,14 +103,13 @@ def rank_pieces(rank: int, classes: np.ndarray, starts: np.ndarray, ends: np.nda
     stretch starts there anyway, and no stretch after it belongs to an earlier window. Each
     piece's intervals are clipped to it, and its end is a cut: the stretches are those of one
     sweep of the whole rank."""
-    if len(starts) <= size or len(window_starts) < 2:
-        yield rank_stretches(rank, classes, starts, ends, steps, window_starts, window_ends)
-        return
-    # A stable sort: the intervals come nearly in order, which it sorts in little more than a
-    # pass (np.sort's default took four times as long on a rank of 1.2 million intervals).
-    by_start = np.argsort(starts, kind="stable")
-    sorted_starts = starts[by_start]
-    cuts = _cuts(sorted_starts, window_starts, window_ends, size)
+    cuts = []
+    if len(starts) > size and len(window_starts) > 1:
+        # A stable sort: the intervals come nearly in order, which it sorts in little more than a
+        # pass (np.sort's default took four times as long on a rank of 1.2 million intervals).
+        by_start = np.argsort(starts, kind="stable")
+        sorted_starts = starts[by_start]
+        cuts = _cuts(sorted_starts, window_starts, window_ends, size)
     if not cuts:
         yield rank_stretches(rank, classes, starts, ends, steps, window_starts, window_ends)
         return

@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from pipelines.analysis import critical_path, gloo_groups, replay, sweep, whatif
+from pipelines.analysis.rank_ranges import rank_ranges
 from pipelines.settings import Settings
 from pipelines.warehouse import sql
 from pipelines.warehouse.cache import kept
@@ -237,8 +237,8 @@ def _publish(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> int:
 # Intermediates whose rows each come from one rank's events, built a piece of the run's ranks at a
 # time where its ranks hold more than PIECE_DEVICE_EVENTS device events (`ranks.device_events`),
 # in pieces of about that many: one piece's joins fit in memory where the whole run's spill to
-# disk (ten million device events: `_device_events` in 5.3-6.3 s a quarter at a time, against
-# 6.9-7.5 s whole, alone on two cores). Their SQL keeps a piece's ranks through the macro `in_piece`.
+# disk (ten million device events: `_device_events` in 6.5-7.4 s a quarter at a time, against
+# 8.1-9.1 s whole, alone on two cores, three pairs in turn). Their SQL keeps a piece's ranks through the macro `in_piece`.
 BY_RANKS = frozenset({"_device_events"})
 PIECE_DEVICE_EVENTS = 2_500_000
 RANK_DEVICE_EVENTS_QUERY = "SELECT rank, sum(coalesce(device_events, 0)) FROM ranks GROUP BY rank ORDER BY rank"
@@ -250,13 +250,8 @@ def pieces_of_ranks(device_events: list[tuple[int, int]], size: int) -> list[tup
     INTEGER and the last to the greatest; none where the run has `size` or fewer."""
     if sum(events for _, events in device_events) <= size:
         return []
-    lasts, held = [], 0
-    for (rank, events), (_, following) in pairwise(device_events):
-        held += events
-        if held + following > size:
-            lasts.append(rank)
-            held = 0
-    return list(zip([-2**31] + [last + 1 for last in lasts], lasts + [2**31 - 1]))
+    lasts = [last for _, last in rank_ranges(device_events, size)]
+    return list(zip([-2**31] + [last + 1 for last in lasts[:-1]], lasts[:-1] + [2**31 - 1]))
 
 
 # SQL tables are built two at a time (one per thread) on runs up to this many trace events. Beyond,
