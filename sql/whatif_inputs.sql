@@ -33,6 +33,16 @@
 --      15 ms of buckets that filled their period: +49 % at 5x the rate). NCCL keeps this rule on
 --      any host: its bytes take another path within a host than between hosts.
 -- That latency is all that stays at full line rate (`latency_ns`). `wire_ns` = 8 S f / link_gbps.
+-- A slower link covers part of `transfer_ns` (`beyond_link_ns`): what it took beyond its bits at
+-- the efficiency its op reaches on the link when the link alone holds it, its link-bound time. A
+-- transfer of several rounds (a ring all-gather over six ranks: five) waits between rounds for
+-- CPUs and latency, which a slower link's longer rounds cover. That efficiency, per op and link, is
+-- what its collectives' shares typically carried (the median of bits at the line rate over the
+-- share), or up to what its best tenth carried where another op on the link typically carried as
+-- much: the link, and this op, reached it. A rooted op has none: the trace does not say which host
+-- held its root, so neither its bits on a host's link. Scaled whole, FSDP2's all-gathers over three
+-- hosts of two ranks, 2.3 times their bits at 1 Gbit/s and 1.1 times at 200 Mbit/s, put its step
+-- there +56 %.
 -- Waiting for a late rank is in neither part: the replay finds it again from when the ranks
 -- arrive. A collective of unknown size is all rest (the replay cannot scale it).
 --
@@ -79,6 +89,9 @@
 --   bits DOUBLE  8 S f: what each rank sends, in bits; 0 when the size is unknown.
 --   wire_ns BIGINT  8 S f / link_gbps: its transfer at the run's line rate; 0 when not known.
 --   transfer_ns BIGINT  The part of its time a faster link shortens in proportion.
+--   beyond_link_ns BIGINT  The part of `transfer_ns` beyond its link-bound time (its bits at the
+--       efficiency its op reaches on the link), which a slower link's transfer covers; 0 where the
+--       rate or size is unknown, and for a rooted op.
 --   rest_ns BIGINT  The part no faster link shortens: where the line rate is known and the host's
 --       CPUs were saturated, what the busy period took beyond what the host's link carried at that
 --       rate (the CPU's part); else the latency of its op on its link or, for gloo on a host whose
@@ -233,6 +246,7 @@ linked AS (
 ),
 collective_shares AS (
   SELECT collective_key, any_value(op) AS op, any_value(link) AS link, any_value(bits) AS bits,
+    any_value(link_gbps) AS link_gbps,
     min(period_share) AS share_ns, min(period_share * link_fraction) AS link_share_ns,
     min(period_share * host_fraction) AS host_share_ns,
     -- what the period took beyond its bits at the line rate: no latency is longer (NULL where the
@@ -248,8 +262,21 @@ latencies AS (
   WHERE bits > 0
   GROUP BY op, link
 ),
+link_bound AS (
+  -- Per op and link, the efficiency it reaches when the link alone holds it: what its shares
+  -- typically carried, or up to what its best tenth carried where another op on the link typically
+  -- carried as much.
+  SELECT op, link,
+    least(1.0, greatest(typical, least(best, max(typical) OVER (PARTITION BY link)))) AS efficiency
+  FROM (
+    SELECT op, link, quantile_cont(carried, 0.5) AS typical, quantile_cont(carried, 0.9) AS best
+    FROM (SELECT op, link, bits / link_gbps / share_ns AS carried FROM collective_shares
+          WHERE link_gbps > 0 AND bits > 0 AND share_ns > 0 AND NOT is_rooted(op))
+    GROUP BY op, link
+  )
+),
 rested AS (
-  SELECT s.*,
+  SELECT s.*, b.efficiency AS link_bound_efficiency,
     CASE
       WHEN s.bits = 0 THEN c.share_ns
       WHEN c.link_share_ns IS NOT NULL THEN c.share_ns - c.link_share_ns
@@ -260,6 +287,7 @@ rested AS (
   FROM turned AS s
   JOIN collective_shares AS c USING (collective_key)
   LEFT JOIN latencies AS l ON l.op = s.op AND l.link = s.link
+  LEFT JOIN link_bound AS b ON b.op = s.op AND b.link = s.link AND NOT is_rooted(s.op)
 ),
 exposed_stretches AS (
   SELECT rank, start_ns, end_ns,
@@ -314,6 +342,8 @@ SELECT
   w.rank, w.step, w.collective_key, w.op, w.pg, w.dimension, w.scope, w.group_size, w.bytes, w.traffic_factor,
   w.link_gbps, w.channel, w.way, w.turn, w.start_ns, w.end_ns, w.begin_ns, w.collective_end_ns, w.bits, w.wire_ns,
   CAST(round(w.share_ns - w.rest_share) AS BIGINT) AS transfer_ns,
+  CAST(round(CASE WHEN w.wire_ns > 0 AND w.link_bound_efficiency > 0
+    THEN greatest(w.share_ns - w.rest_share - w.wire_ns / w.link_bound_efficiency, 0) ELSE 0 END) AS BIGINT) AS beyond_link_ns,
   CAST(round(w.rest_share) AS BIGINT) AS rest_ns,
   CAST(round(least(w.latency_share, w.rest_share)) AS BIGINT) AS latency_ns,
   w.tied,

@@ -23,11 +23,12 @@ def inputs(rows: list[dict]) -> pa.Table:
     """whatif_inputs rows, times in ms; what a case leaves out takes a default."""
     defaults = {"op": "allreduce", "pg": "0", "dimension": "tp", "scope": "inter", "group_size": 2, "bytes": 1,
                 "traffic_factor": 1.0, "link_gbps": 1.0, "rest_ns": 0, "tied": True, "waited_ns": 0, "slack_ns": None,
-                "way": "both", "turn": None, "rooted": False}
+                "way": "both", "turn": None, "rooted": False, "beyond_link_ns": 0}
     full = [{**defaults, **row} for row in rows]
     for row in full:
         row.setdefault("channel", f"rank {row['rank']}")
-        for name in ("start_ns", "end_ns", "begin_ns", "collective_end_ns", "transfer_ns", "waited_ns", "rest_ns"):
+        for name in ("start_ns", "end_ns", "begin_ns", "collective_end_ns", "transfer_ns", "waited_ns", "rest_ns",
+                     "beyond_link_ns"):
             row[name] = int(row[name] * MS)
         row["wire_ns"] = row["transfer_ns"]
         row["latency_ns"] = row["rest_ns"]
@@ -498,6 +499,30 @@ def test_no_latency_is_longer_than_what_a_transfer_took_beyond_its_bits(tmp_path
                      {"bytes": 625_000, "transfer_ns": 5 * MS, "rest_ns": 4 * MS}]
     own, slower, faster = (predicted(store, "r", gbps, ranks=2)["step_ms"] for gbps in (1.0, 0.5, 2.0))
     assert (slower - own, faster - own) == pytest.approx((15, -7.5), abs=0.01)
+
+
+def test_a_slower_link_covers_what_a_transfer_took_beyond_its_link_bound_time(tmp_path):
+    """Worked by hand. Two hosts of one gloo rank, 1 Gbit/s, CPUs half busy (the protocol's rule):
+    an all-reduce of 1.25 MB in 12.5 ms, 80 % of the line rate, then two all-gathers of 1.25 MB
+    each (10 Mbit sent each), one in 10 ms and one in 20. The all-gathers typically carried 75 %
+    (the median of 100 and 50 %), their best tenth 95 %; the all-reduce typically 80 %, so the link
+    carries 80 % link-bound and the slow all-gather's link-bound time is 12.5 ms: 7.5 ms beyond it
+    a slower link covers. At 0.5 Gbit/s it takes 25 ms (its 12.5 doubled) and the step grows
+    12.5 + 10 + 5 ms; at 0.25 Gbit/s 37.5 + 30 + 30. A faster link shortens all of it: at 2 Gbit/s
+    the step shrinks 6.25 + 5 + 10. Scaled whole, the slow all-gather grew 20 ms at 0.5 Gbit/s: an
+    all-gather over six ranks waits between its five rounds for CPUs, which a slower link's rounds
+    cover, and FSDP2's step at 200 Mbit/s came out +56 % from 1 Gbit/s."""
+    ranks = [GlooRank(rank, f"host-{rank}", (1, 0, 60_000), [(200, 10_000), (53_000, 5_000)],
+                      [GlooCall("1", 10_200, 12_500, 312_500), GlooCall("1", 22_800, 10_000, 312_500, "allgather"),
+                       GlooCall("1", 32_900, 20_000, 312_500, "allgather")], pid=100 + rank) for rank in range(2)]
+    store = half_busy_run(write_gloo_run(tmp_path / "run", ranks, 2, {"1": [0, 1]}))
+    split = table_rows(store, "SELECT DISTINCT op, wire_ns, transfer_ns, rest_ns, beyond_link_ns FROM whatif_inputs "
+                              "ORDER BY op, transfer_ns")
+    assert split == [{"op": "allgather", "wire_ns": 10 * MS, "transfer_ns": 10 * MS, "rest_ns": 0, "beyond_link_ns": 0},
+                     {"op": "allgather", "wire_ns": 10 * MS, "transfer_ns": 20 * MS, "rest_ns": 0, "beyond_link_ns": 7.5 * MS},
+                     {"op": "allreduce", "wire_ns": 10 * MS, "transfer_ns": 12.5 * MS, "rest_ns": 0, "beyond_link_ns": 0}]
+    own, slower, slowest, faster = (predicted(store, "r", gbps)["step_ms"] for gbps in (1.0, 0.5, 0.25, 2.0))
+    assert (slower - own, slowest - own, faster - own) == pytest.approx((27.5, 97.5, -21.25), abs=0.01)
 
 
 def test_the_latency_line_needs_no_line_rate(tmp_path):

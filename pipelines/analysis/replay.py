@@ -15,7 +15,9 @@ measured: what a rank did between waits takes as long as it did. Only three thin
   d' = transfer_ns * scale + rest_ns (wire_ns + latency_ns, at full line rate, in place of
   transfer_ns + rest_ns when the scenario asks for it), where scale is the run's rate over the new one, over the compression
   ratio of its dimension, times the traffic factor's change when there are more ranks (at full
-  line rate, a link of unknown rate in the run moves 8 S f bits at the new rate instead);
+  line rate, a link of unknown rate in the run moves 8 S f bits at the new rate instead); on a
+  slower link (scale above 1) only its link-bound time scales, and covers the rest of its transfer
+  (beyond_link_ns): d' = max((transfer_ns - beyond_link_ns) * scale, transfer_ns) + rest_ns;
 * a rank that waited for its instance waits until that ends: its shift (replayed time minus
   measured time) becomes max(shift - waited, end shift - slack) at the end of the wait. An
   instance that ended after its collective began ends as far into the replayed collective as it
@@ -104,6 +106,7 @@ class Replay:
         self.dimension = rows["dimension"].astype(str)
         self.dimension_names, self.dimension_code = np.unique(self.dimension, return_inverse=True)
         self.transfer = rows["transfer_ns"].astype(float)
+        self.link_bound = self.transfer - rows["beyond_link_ns"].astype(float)  # what scales on a slower link
         wire = rows["wire_ns"].astype(float)
         # At full line rate a transfer takes its bits at the line rate, and never longer than it
         # took (a measure faster than the line rate is the rate's fault, collective_bw says).
@@ -260,6 +263,8 @@ class Replay:
         at_line_rate = np.array([s.line_rate for s in scenarios])[None, :]
         scale = self.scale(scenarios, rows)
         transfer = np.where(at_line_rate, self.wire[rows, None], self.transfer[rows, None]) * scale
+        slower = ~at_line_rate & (scale > 1)  # the link-bound time scales, and covers the rest
+        transfer = np.where(slower, np.maximum(self.link_bound[rows, None] * scale, self.transfer[rows, None]), transfer)
         rate = self.rates(scenarios, rows)
         bits = self.bits[rows, None]
         sized = at_line_rate & (self.link_gbps[rows, None] == 0) & (bits > 0) & (rate > 0)
