@@ -287,7 +287,7 @@ rested AS (
   FROM turned AS s
   JOIN collective_shares AS c USING (collective_key)
   LEFT JOIN latencies AS l ON l.op = s.op AND l.link = s.link
-  LEFT JOIN link_bound AS b ON b.op = s.op AND b.link = s.link AND NOT is_rooted(s.op)
+  LEFT JOIN link_bound AS b ON b.op = s.op AND b.link = s.link
 ),
 exposed_stretches AS (
   SELECT rank, start_ns, end_ns,
